@@ -1,0 +1,97 @@
+"""Placement: which actors exist, where they run, and how weights move between them.
+
+``colocated`` (the only placement so far): the Generator and the Learner share the node's devices
+and alternate: the rollout phase generates, then the learner updates, then the new weights go to
+the generator before the next rollout. Weights travel as one safetensors file in shared memory
+(``/dev/shm``), which both actors see because colocated actors live on one node. ``async``
+placement (separate devices, bounded staleness) plugs in here without touching the loop's callers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import msgspec
+
+from actors.remote import AsyncProxy, remote_class
+from specs.config import RunConfig
+
+
+class Actors(msgspec.Struct, kw_only=True):
+    """Proxies over the run's Ray actors (``await actors.learner.train_step(...)``)."""
+
+    pool: Any
+    gateway: Any
+    evaluator: Any
+    generator: Any
+    learner: Any
+    handles: list[Any]
+    weights_dir: str
+
+
+def start_actors(cfg: RunConfig, run_id: str) -> Actors:
+    """Create every actor of the run (Ray must be initialised)."""
+    from actors.env_pool import EnvPool
+    from actors.evaluator import Evaluator
+    from actors.generator import VllmEngine
+    from actors.learner import Learner
+    from actors.mcp_gateway import McpGateway
+    from actors.provisioners.base import make_provisioner
+
+    pool = remote_class(EnvPool).remote(
+        make_provisioner(cfg.env.backend), run_id=run_id, max_live=cfg.env.max_live, reuse=cfg.env.reuse
+    )
+    gateway = remote_class(McpGateway).remote()
+    evaluator = remote_class(Evaluator).remote(hook_modules=cfg.domain.hook_modules)
+    generator = remote_class(VllmEngine).remote(
+        cfg.model.path,
+        dtype=cfg.model.dtype,
+        max_model_len=cfg.generator.max_model_len,
+        kv_cache_gib=cfg.generator.kv_cache_gib,
+        enforce_eager=cfg.generator.enforce_eager,
+        max_num_seqs=cfg.generator.max_num_seqs,
+        gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
+        seed=cfg.seed,
+    )
+    learner = remote_class(Learner).remote(
+        cfg.model.path, cfg.learner, cfg.algorithm, dtype=cfg.model.dtype, seed=cfg.seed
+    )
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    return Actors(
+        pool=AsyncProxy(pool),
+        gateway=AsyncProxy(gateway),
+        evaluator=AsyncProxy(evaluator),
+        generator=AsyncProxy(generator),
+        learner=AsyncProxy(learner),
+        handles=[pool, gateway, evaluator, generator, learner],
+        weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-", dir=shm),
+    )
+
+
+async def publish_weights(actors: Actors) -> int:
+    """Hand the learner's current weights to the generator; returns the new policy version."""
+    version: int = await actors.learner.get_version()
+    path = os.path.join(actors.weights_dir, f"weights-v{version}.safetensors")
+    await actors.learner.export_weights(path)
+    try:
+        await actors.generator.update_weights(version, path)
+    finally:
+        os.unlink(path)
+    return version
+
+
+async def stop_actors(actors: Actors) -> None:
+    """Destroy every environment, stop the engine, kill the actors; safe to call after a failure."""
+    import ray
+
+    for name in ("pool", "generator"):
+        try:
+            await getattr(actors, name).shutdown()
+        except Exception:  # already dead: nothing left to stop
+            pass
+    for handle in actors.handles:
+        ray.kill(handle)
+    shutil.rmtree(actors.weights_dir, ignore_errors=True)

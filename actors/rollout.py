@@ -1,0 +1,240 @@
+"""The rollout pipeline: acquire -> run -> evaluate, each stage with its own concurrency.
+
+Every trajectory goes through three stages. *Acquire* takes an environment from the pool (prepare
+hooks run there) and opens its MCP sessions; *run* drives the agent loop against the generator
+and the gateway; *evaluate* scores the finished episode against the still-live environment, then
+the environment is released (cleanup hooks, reset for reuse or destroy if broken). Stages draw on
+different resources, so each has its own worker count; the pool caps live environments.
+
+Groups (``group_size`` trajectories of one task) stream out as they complete. A group that lost
+a member to infrastructure or to a failed evaluator is dropped whole and counted by cause: a
+partial group is never trained. Nothing here knows about a domain.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from actors.provisioners.base import EnvConfig, EnvInfo
+from policies.react import Engine, EpisodeLimits, build_messages, run_episode
+from policies.types import SamplingConfig, Trajectory
+from specs.errors import MCPRLError
+
+logger = logging.getLogger(__name__)
+
+
+class Group(msgspec.Struct, kw_only=True):
+    """All trajectories sampled for one task in one step."""
+
+    task_id: str
+    group_id: str
+    trajectories: list[Trajectory]
+    dropped: str | None = None
+    """Why the group cannot be trained (``infra_failed``, ``eval_failed``), or ``None``."""
+
+
+class StageMetrics(msgspec.Struct, kw_only=True):
+    """Seconds spent and items passed per stage, plus losses by cause."""
+
+    acquire_s: float = 0.0
+    run_s: float = 0.0
+    evaluate_s: float = 0.0
+    release_s: float = 0.0
+    acquired: int = 0
+    episodes: int = 0
+    evaluated: int = 0
+    max_live_envs: int = 0
+    lost: dict[str, int] = msgspec.field(default_factory=dict)
+    groups_dropped: int = 0
+
+    def lose(self, cause: str) -> None:
+        self.lost[cause] = self.lost.get(cause, 0) + 1
+
+
+class RolloutPipeline:
+    """Runs groups of episodes through the three stages. Collaborators are plain async objects
+    (or ``AsyncProxy`` over Ray actors): ``pool``, ``gateway``, ``evaluator``."""
+
+    def __init__(
+        self,
+        *,
+        pool: Any,
+        gateway: Any,
+        evaluator: Any,
+        env_config_for: Callable[[Any], EnvConfig],
+        engine_for: Callable[[Any], Engine],
+        recorder_factory: Callable[[], Any],
+        acquire_workers: int,
+        run_workers: int,
+        eval_workers: int,
+        system_prompt: str | None = None,
+    ) -> None:
+        self._pool, self._gateway, self._evaluator = pool, gateway, evaluator
+        self._env_config_for = env_config_for
+        self._engine_for = engine_for
+        self._recorder_factory = recorder_factory
+        self._acquire = anyio.CapacityLimiter(acquire_workers)
+        self._run = anyio.CapacityLimiter(run_workers)
+        self._evaluate = anyio.CapacityLimiter(eval_workers)
+        self._system_prompt = system_prompt
+        self._live = 0
+        self.metrics = StageMetrics()
+
+    async def collect(
+        self, tasks: Sequence[Any], group_size: int, sampling: SamplingConfig, limits: EpisodeLimits
+    ) -> list[Group]:
+        """Every group of this batch (dropped ones included, with their reason)."""
+        return [group async for group in self.stream(tasks, group_size, sampling, limits)]
+
+    async def stream(
+        self, tasks: Sequence[Any], group_size: int, sampling: SamplingConfig, limits: EpisodeLimits
+    ) -> AsyncIterator[Group]:
+        """Yield each task's group as soon as its last member is evaluated."""
+        send, receive = anyio.create_memory_object_stream[Group](max_buffer_size=len(tasks))
+        async with anyio.create_task_group() as tg, receive:
+            async with send:
+                for task in tasks:
+                    tg.start_soon(self._group, task, group_size, sampling, limits, send.clone())
+            async for group in receive:
+                yield group
+
+    async def _group(
+        self, task: Any, group_size: int, sampling: SamplingConfig, limits: EpisodeLimits, send: Any
+    ) -> None:
+        group_id = f"{task.instance_id}/{uuid.uuid4().hex[:8]}"
+        results: list[Trajectory] = []
+
+        async def one() -> None:
+            results.append(await self._trajectory(task, group_id, sampling, limits))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(group_size):
+                tg.start_soon(one)
+        group = Group(task_id=task.instance_id, group_id=group_id, trajectories=results)
+        failed = [t.status for t in results if t.status != "ok"]
+        if failed:
+            group.dropped = failed[0]
+            self.metrics.groups_dropped += 1
+        async with send:
+            await send.send(group)
+
+    async def _trajectory(
+        self, task: Any, group_id: str, sampling: SamplingConfig, limits: EpisodeLimits
+    ) -> Trajectory:
+        """One trajectory through the three stages; any failure is data, never a crash."""
+        env: EnvInfo | None = None
+        broken = False
+        try:
+            started = time.perf_counter()
+            async with self._acquire:
+                config = self._env_config_for(task)
+                env = await self._pool.acquire(config, task)
+                self._live += 1
+                self.metrics.max_live_envs = max(self.metrics.max_live_envs, self._live)
+                tools = await self._gateway.open(env, list(config.servers), _allowed(task))
+            self.metrics.acquire_s += time.perf_counter() - started
+            self.metrics.acquired += 1
+
+            started = time.perf_counter()
+            async with self._run:
+                trajectory = await run_episode(
+                    task_id=task.instance_id,
+                    group_id=group_id,
+                    messages=build_messages(_prompt(task), tools, self._system_prompt),
+                    recorder=self._recorder_factory(),
+                    engine=self._engine_for(task),
+                    tools=self._gateway,
+                    env_id=env.env_id,
+                    sampling=sampling,
+                    limits=limits,
+                )
+            self.metrics.run_s += time.perf_counter() - started
+            self.metrics.episodes += 1
+            if trajectory.status != "ok":
+                broken = True
+                self.metrics.lose(trajectory.status)
+                return trajectory
+
+            started = time.perf_counter()
+            async with self._evaluate:
+                try:
+                    trajectory.reward, trajectory.reward_details = await self._evaluator.evaluate(
+                        task, trajectory, env
+                    )
+                except MCPRLError as e:
+                    logger.warning("evaluator failed on %s: %s", task.instance_id, e)
+                    trajectory.status, trajectory.error = "eval_failed", str(e)
+                    self.metrics.lose("eval_failed")
+            self.metrics.evaluate_s += time.perf_counter() - started
+            self.metrics.evaluated += 1
+            return trajectory
+        except Exception as e:  # the one boundary: an episode's failure never crashes the step
+            logger.exception("trajectory of %s failed in the pipeline", task.instance_id)
+            broken = True
+            self.metrics.lose("infra_failed")
+            return _failed(task, group_id, f"{type(e).__name__}: {e}")
+        finally:
+            if env is not None:
+                await self._release(env, task, broken)
+
+    async def _release(self, env: EnvInfo, task: Any, broken: bool) -> None:
+        started = time.perf_counter()
+        with anyio.CancelScope(shield=True):
+            try:
+                broken = broken or await self._gateway.is_broken(env.env_id)
+                await self._gateway.close(env.env_id)
+            finally:
+                self._live -= 1
+                await self._pool.release(env, task, broken=broken)
+        self.metrics.release_s += time.perf_counter() - started
+
+
+def _prompt(task: Any) -> str:
+    """The user message: the instruction, plus the output format the task asks for."""
+    if not task.output_format:
+        return task.instruction
+    fmt = task.output_format if isinstance(task.output_format, str) else json.dumps(task.output_format)
+    return f"{task.instruction}\n\nOutput format: {fmt}"
+
+
+def _allowed(task: Any) -> dict[str, tuple[str, ...] | None]:
+    return {ref.name: ref.tools for ref in task.mcp_servers}
+
+
+def _failed(task: Any, group_id: str, error: str) -> Trajectory:
+    return Trajectory(
+        task_id=task.instance_id,
+        group_id=group_id,
+        token_ids=[],
+        trainable=[],
+        logprobs=[],
+        versions=[],
+        messages=[],
+        status="infra_failed",
+        error=error,
+    )
+
+
+def env_config_resolver(registry: Any) -> Callable[[Any], EnvConfig]:
+    """``task -> EnvConfig``: the task's servers resolved through the server registry (cached)."""
+    cache: dict[tuple[Any, ...], EnvConfig] = {}
+
+    def resolve(task: Any) -> EnvConfig:
+        key = (task.server_names, task.dockerfile_path, tuple(sorted(task.build_args.items())))
+        if key not in cache:
+            cache[key] = EnvConfig(
+                servers=tuple(registry.launch(name) for name in task.server_names),
+                dockerfile_path=task.dockerfile_path,
+                build_args=dict(task.build_args),
+            )
+        return cache[key]
+
+    return resolve

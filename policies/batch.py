@@ -1,0 +1,50 @@
+"""From scored trajectories to learner samples.
+
+``rl_samples`` turns complete groups into GRPO samples (group-normalised advantage per trajectory);
+``demonstration_samples`` turns expert trajectories into supervised samples. Both keep the
+trajectory's tokens, masks and rollout logprobs exactly as recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from policies.advantages import group_advantages
+from policies.types import TrainSample, Trajectory
+
+
+def rl_samples(
+    groups: Iterable[Sequence[Trajectory]], *, std_normalize: bool = True, eps: float = 1e-6, keep_zero: bool = False
+) -> list[TrainSample]:
+    """One sample per trajectory of each complete, scored group.
+
+    Zero-advantage samples (every member of a group scored the same) carry no policy gradient;
+    they are left out unless ``keep_zero`` (a KL term still learns from them).
+    """
+    trajectories = [t for group in groups for t in group]
+    for t in trajectories:
+        if t.status != "ok" or t.reward is None:
+            raise ValueError(f"rl_samples: trajectory of {t.task_id} is {t.status} with reward {t.reward}; "
+                             "only complete, scored groups may be trained")
+    advantages = group_advantages(
+        [float(t.reward) for t in trajectories],  # type: ignore[arg-type]
+        [t.group_id for t in trajectories],
+        std_normalize=std_normalize,
+        eps=eps,
+    )
+    return [
+        _sample(t, a) for t, a in zip(trajectories, advantages, strict=True) if keep_zero or a != 0.0
+    ]
+
+
+def demonstration_samples(trajectories: Iterable[Trajectory], *, min_reward: float = 1.0) -> list[TrainSample]:
+    """Supervised samples from expert trajectories that succeeded (reward >= ``min_reward``)."""
+    return [
+        _sample(t, 0.0)
+        for t in trajectories
+        if t.status == "ok" and t.reward is not None and t.reward >= min_reward and any(t.trainable)
+    ]
+
+
+def _sample(t: Trajectory, advantage: float) -> TrainSample:
+    return TrainSample(token_ids=t.token_ids, trainable=t.trainable, logprobs=t.logprobs, advantage=advantage)

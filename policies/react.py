@@ -1,0 +1,137 @@
+"""ReAct-style agent loop for chat models: generate, parse a tool call, call it, repeat.
+
+One episode = one trajectory. The loop is pure orchestration over two protocols, an ``Engine``
+(token ids in, token ids + logprobs out) and a ``ToolCaller`` (the gateway), and a ``ChatRecorder``
+that keeps the conversation token-exact. A bad model output is data, not a crash: a malformed
+call becomes an error observation and the episode goes on. Only an environment or server death
+ends the episode as ``infra_failed`` (the pool then destroys the environment).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from policies.chat import format_tool_result, render_system_prompt
+from policies.tokens import ChatRecorder
+from policies.tool_calls import ToolCallParseError, parse_tool_call
+from policies.types import (
+    Generation,
+    SamplingConfig,
+    ToolCallRecord,
+    ToolResult,
+    ToolSpec,
+    Trajectory,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant that solves tasks with the tools provided."
+INFRA_ERRORS = frozenset({"server_died"})
+
+
+class Engine(Protocol):
+    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation: ...
+
+
+class ToolCaller(Protocol):
+    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult: ...
+
+
+class EpisodeLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds of one episode."""
+
+    max_turns: int = 3
+    """Model turns before the episode is cut (truncated)."""
+    max_new_tokens: int = 96
+    """Most tokens in one model turn."""
+    max_context_tokens: int = 1024
+    """Whole-conversation budget; a turn never generates past it."""
+    tool_timeout_s: float = 10.0
+    """Deadline of each tool call."""
+
+
+def build_messages(instruction: str, tools: Sequence[ToolSpec], system_prompt: str | None) -> list[dict[str, Any]]:
+    """The opening conversation: a system prompt that lists the tools, then the task."""
+    system = render_system_prompt(system_prompt or DEFAULT_SYSTEM_PROMPT, list(tools))
+    return [{"role": "system", "content": system}, {"role": "user", "content": instruction}]
+
+
+async def run_episode(
+    *,
+    task_id: str,
+    group_id: str,
+    messages: list[dict[str, Any]],
+    recorder: ChatRecorder,
+    engine: Engine,
+    tools: ToolCaller,
+    env_id: str,
+    sampling: SamplingConfig,
+    limits: EpisodeLimits,
+) -> Trajectory:
+    """Run one episode to a final answer, the turn limit or the context limit."""
+    ids = recorder.start(messages)
+    calls: list[ToolCallRecord] = []
+    final_answer: str | None = None
+    status: str = "ok"
+    error: str | None = None
+    turns = 0
+    while turns < limits.max_turns:
+        budget = min(limits.max_new_tokens, limits.max_context_tokens - len(ids))
+        if budget <= 0:
+            break
+        generation = await engine.generate(ids, msgspec.structs.replace(sampling, max_tokens=budget))
+        turns += 1
+        text = recorder.add_model_turn(generation)
+        parsed = parse_tool_call(text)
+        if parsed is None:
+            if generation.finish_reason == "stop":
+                final_answer = text
+            break
+        result = await _execute(parsed, tools, env_id, limits.tool_timeout_s)
+        calls.append(_record(turns, parsed, result))
+        if result.error_kind in INFRA_ERRORS:
+            status, error = "infra_failed", f"turn {turns}: {result.text}"
+            break
+        if turns < limits.max_turns:
+            ids = recorder.add_messages([format_tool_result(result)])
+    return Trajectory(
+        task_id=task_id,
+        group_id=group_id,
+        token_ids=list(recorder.token_ids),
+        trainable=list(recorder.trainable),
+        logprobs=list(recorder.logprobs),
+        versions=list(recorder.versions),
+        messages=list(recorder.messages),
+        tool_calls=calls,
+        segment_starts=list(recorder.segment_starts),
+        final_answer=final_answer,
+        num_turns=turns,
+        truncated=final_answer is None and status == "ok",
+        status=status,  # type: ignore[arg-type]
+        error=error,
+    )
+
+
+async def _execute(
+    parsed: Any, tools: ToolCaller, env_id: str, timeout_s: float
+) -> ToolResult:
+    if isinstance(parsed, ToolCallParseError):
+        return ToolResult(text=parsed.message, is_error=True, error_kind="parse_error")
+    return await tools.call(env_id, parsed.name, parsed.arguments, timeout_s)
+
+
+def _record(turn: int, parsed: Any, result: ToolResult) -> ToolCallRecord:
+    name, arguments = ("", {}) if isinstance(parsed, ToolCallParseError) else (parsed.name, parsed.arguments)
+    return ToolCallRecord(
+        turn=turn,
+        name=name,
+        arguments=arguments,
+        ok=not result.is_error,
+        error_kind=result.error_kind,
+        latency_s=result.latency_s,
+        output_bytes=len(result.text.encode()),
+    )

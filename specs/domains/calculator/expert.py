@@ -1,0 +1,29 @@
+"""The calculator domain's scripted expert, for warm-start demonstrations.
+
+``respond(task, conversation)`` plays the ideal agent: first it calls the calculator with the
+task's reference expression (the private ``_expression`` field), then it reads the tool's answer
+from the last ``<tool_response>`` and states it. It never computes the answer itself: the number it
+gives is the one the real MCP server returned, so a demonstration is a real episode.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+TOOL = "calculator__calculate"
+_RESPONSE = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.DOTALL)
+
+
+def respond(task: Any, conversation: str) -> str:
+    """The next assistant message for ``task`` given the conversation rendered so far."""
+    responses = _RESPONSE.findall(conversation)
+    if not responses:
+        expression = task.private.get("_expression")
+        if not expression:
+            raise ValueError(f"task {task.instance_id}: the calculator expert needs a private '_expression' field")
+        call = {"name": TOOL, "arguments": {"expression": expression}}
+        return f"I will compute this with the calculator.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
+    result = responses[-1].strip()
+    return f"The calculator gives {result}. The answer is {result}."

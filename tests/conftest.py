@@ -1,0 +1,27 @@
+"""Shared pytest fixtures: anyio on asyncio, the demo model directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL_DIR = Path(os.environ.get("MCPRL_TEST_MODEL", REPO / ".cache" / "models" / "SmolLM2-135M-Instruct"))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """The converted SmolLM2 directory (`make test` fetches it first)."""
+    if not (MODEL_DIR / "config.json").exists():
+        message = f"demo model missing at {MODEL_DIR}; run `make model`"
+        if os.environ.get("CI"):  # CI runs `make test`, which fetches it: missing is a failure there
+            pytest.fail(message)
+        pytest.skip(message)
+    return MODEL_DIR
