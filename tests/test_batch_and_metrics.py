@@ -1,0 +1,73 @@
+"""Pure glue between the pipeline and the learner: samples, advantages, episode metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from launch.train import TaskStream
+from policies.batch import demonstration_samples, rl_samples
+from policies.metrics import episode_metrics
+from policies.types import ToolCallRecord, Trajectory
+
+
+def traj(group: str, reward: float | None, *, status: str = "ok", calls: tuple[str | None, ...] = ()) -> Trajectory:
+    return Trajectory(
+        task_id=group,
+        group_id=group,
+        token_ids=[1, 2, 3, 4],
+        trainable=[0, 0, 1, 1],
+        logprobs=[0.0, 0.0, -0.5, -0.25],
+        versions=[0],
+        messages=[],
+        tool_calls=[
+            ToolCallRecord(turn=i + 1, name="t", arguments={}, ok=kind is None, error_kind=kind, latency_s=0.0, output_bytes=1)
+            for i, kind in enumerate(calls)
+        ],
+        num_turns=len(calls) + 1,
+        status=status,  # type: ignore[arg-type]
+        reward=reward,
+    )
+
+
+def test_rl_samples_normalise_within_each_group_and_skip_groups_without_signal() -> None:
+    groups = [[traj("a", 1.0), traj("a", 0.0), traj("a", 0.0), traj("a", 0.0)], [traj("b", 1.0), traj("b", 1.0)]]
+    samples = rl_samples(groups)
+    assert [s.advantage for s in samples] == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
+    assert samples[0].token_ids == [1, 2, 3, 4] and samples[0].logprobs == [0.0, 0.0, -0.5, -0.25]
+    assert len(rl_samples(groups, keep_zero=True)) == 6
+
+
+def test_rl_samples_refuse_a_failed_or_unscored_trajectory() -> None:
+    with pytest.raises(ValueError, match="only complete, scored groups"):
+        rl_samples([[traj("a", 1.0), traj("a", None, status="infra_failed")]])
+
+
+def test_demonstrations_keep_only_successful_expert_episodes() -> None:
+    kept = demonstration_samples([traj("a", 1.0), traj("b", 0.0), traj("c", 1.0, status="eval_failed")])
+    assert len(kept) == 1 and kept[0].advantage == 0.0
+
+
+def test_episode_metrics_count_success_adoption_and_first_turn_validity() -> None:
+    metrics = episode_metrics(
+        [
+            traj("a", 1.0, calls=(None,)),  # valid call, succeeded
+            traj("b", 0.0, calls=("parse_error", None)),  # malformed first, then a good call
+            traj("c", 0.0, calls=("tool_error",)),  # well-formed call, tool said no
+            traj("d", 0.0),  # answered directly
+            traj("e", None, status="infra_failed"),  # not scored: not counted
+        ]
+    )
+    assert metrics["episodes"] == 4
+    assert metrics["success"] == 0.25
+    assert metrics["tool_adoption"] == 0.5
+    assert metrics["valid_call"] == 0.5
+    assert metrics["tool_calls"] == 1.0
+
+
+def test_task_stream_is_seeded_and_visits_every_task_once_per_pass() -> None:
+    tasks = list(range(10))
+    first, second = TaskStream(tasks, seed=3), TaskStream(tasks, seed=3)
+    assert first.take(10) == second.take(10)
+    assert sorted(first.take(10)) == tasks
+    assert first.position == 20
+    assert TaskStream(tasks, seed=4).take(10) != TaskStream(tasks, seed=3).take(10)
