@@ -9,6 +9,7 @@ placement (separate devices, bounded staleness) plugs in here without touching t
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -18,6 +19,8 @@ import msgspec
 
 from actors.remote import AsyncProxy, remote_class
 from specs.config import RunConfig
+
+logger = logging.getLogger(__name__)
 
 
 class Actors(msgspec.Struct, kw_only=True):
@@ -34,17 +37,21 @@ class Actors(msgspec.Struct, kw_only=True):
 
 def start_actors(cfg: RunConfig, run_id: str) -> Actors:
     """Create every actor of the run (Ray must be initialised)."""
-    from actors.env_pool import EnvPool
+    from actors.env_pool import remote_env_pool
     from actors.evaluator import Evaluator
     from actors.generator import VllmEngine
     from actors.learner import Learner
-    from actors.mcp_gateway import McpGateway
+    from actors.mcp_gateway import remote_mcp_gateway
     from actors.provisioners.base import make_provisioner
 
-    pool = remote_class(EnvPool).remote(
-        make_provisioner(cfg.env.backend), run_id=run_id, max_live=cfg.env.max_live, reuse=cfg.env.reuse
+    pool = remote_env_pool(
+        make_provisioner(cfg.env.backend),
+        run_id,
+        cfg.env.max_live,
+        cfg.env.reuse,
+        hook_modules=cfg.domain.hook_modules,
     )
-    gateway = remote_class(McpGateway).remote()
+    gateway = remote_mcp_gateway()
     evaluator = remote_class(Evaluator).remote(hook_modules=cfg.domain.hook_modules)
     generator = remote_class(VllmEngine).remote(
         cfg.model.path,
@@ -87,11 +94,11 @@ async def stop_actors(actors: Actors) -> None:
     """Destroy every environment, stop the engine, kill the actors; safe to call after a failure."""
     import ray
 
-    for name in ("pool", "generator"):
+    for name in ("gateway", "pool", "generator"):  # gateway first: its servers run in the pool's envs
         try:
             await getattr(actors, name).shutdown()
-        except Exception:  # already dead: nothing left to stop
-            pass
+        except Exception:  # an actor that died has nothing left to stop; the reaper covers its envs
+            logger.warning("shutdown of %s failed", name, exc_info=True)
     for handle in actors.handles:
         ray.kill(handle)
     shutil.rmtree(actors.weights_dir, ignore_errors=True)

@@ -177,7 +177,10 @@ class RolloutPipeline:
             self.metrics.evaluated += 1
             return trajectory
         except Exception as e:  # the one boundary: an episode's failure never crashes the step
-            logger.exception("trajectory of %s failed in the pipeline", task.instance_id)
+            if isinstance(e, MCPRLError):  # expected failure modes (server died, env broken): no traceback
+                logger.warning("trajectory of %s failed: %s", task.instance_id, e)
+            else:
+                logger.exception("trajectory of %s failed in the pipeline", task.instance_id)
             broken = True
             self.metrics.lose("infra_failed")
             return _failed(task, group_id, f"{type(e).__name__}: {e}")

@@ -18,7 +18,9 @@ _RESPONSE = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.DOTALL)
 
 def respond(task: Any, conversation: str) -> str:
     """The next assistant message for ``task`` given the conversation rendered so far."""
-    responses = _RESPONSE.findall(conversation)
+    # Only what came after the task itself: the system prompt shows the tags as an example.
+    after_task = conversation[conversation.rfind(task.instruction) + len(task.instruction) :]
+    responses = _RESPONSE.findall(after_task)
     if not responses:
         expression = task.private.get("_expression")
         if not expression:

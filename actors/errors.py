@@ -1,0 +1,30 @@
+"""Errors of the environment layer (EnvPool, provisioners, McpGateway).
+
+Three kinds, by who must react:
+
+- ``EnvError``: an environment could not be created, prepared, reset or handed out (a provisioner
+  failure, a prepare hook that raised, the pool shut down or saturated past its wait bound).
+- ``GatewayError``: the gateway was used wrongly (unknown environment id, a task asking for a tool
+  its server does not have, opening an environment twice). A bug or a bad spec, not bad luck.
+- ``InfraError``: an environment or MCP server died or never came up. The trajectory that needed it
+  is failed-by-infrastructure; its environment is destroyed, never reused.
+
+Tool-level problems (a tool that raises, bad arguments, a deadline) are not errors at all: the
+gateway turns them into ``ToolResult`` observations the model reads.
+"""
+
+from __future__ import annotations
+
+from specs.errors import MCPRLError
+
+
+class EnvError(MCPRLError):
+    """An environment could not be created, prepared, reset or handed out."""
+
+
+class GatewayError(MCPRLError):
+    """The gateway was asked for something that cannot exist (unknown env, unknown allowed tool)."""
+
+
+class InfraError(MCPRLError):
+    """An environment or MCP server died or failed to start: the trajectory failed by infrastructure."""

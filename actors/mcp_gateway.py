@@ -1,0 +1,456 @@
+"""McpGateway: one set of MCP sessions per environment, every tool failure turned into an observation.
+
+``open(env, servers, allowed_tools)`` starts each server over stdio *inside* the environment (the
+command comes from ``provisioner.stdio_launch``), lists its tools, namespaces them
+``<server>__<tool>``, keeps the ones the task allows and pins that list for the episode.
+``call(env_id, name, arguments, timeout_s)`` never raises for tool-level problems: an unknown tool,
+arguments that fail the tool's input schema, an ``isError`` result, a JSON-RPC error, a crashed
+server and a deadline all come back as a ``ToolResult`` with ``is_error`` and ``error_kind`` set and
+a message the model can read. ``close(env_id)`` ends the sessions and their processes.
+
+Failure semantics (see the failure model in ARCHITECTURE.md):
+
+- deadline: the request is abandoned and the server's session is closed, which terminates its
+  process tree (the SDK closes stdin, then SIGTERM/SIGKILL to the process group). A cancellation
+  notice alone would not stop work stuck in native code or a child process. The environment is
+  marked broken (never reused: a half-done side effect may remain); the next call to that server
+  starts a fresh process, so the episode can go on, with that server's in-memory state lost.
+- server died (connection closed, or it stops answering pings after an unexpected error): the
+  environment is marked broken and every further call to that server returns ``server_died``; the
+  rollout ends the trajectory as failed-by-infrastructure.
+
+Session lifetime: the SDK's ``stdio_client``/``ClientSession`` must be entered and exited in one
+task, so each server runs in its own long-lived task in the gateway's task group (``running()``);
+it enters both contexts, signals readiness and waits for its stop event. Calls come from other
+tasks through the session object. A hung server blocks only the calls to it.
+
+Works with the ``mcp`` SDK 1.x and 2.x: results and tools are read in their wire (JSON) form
+(``actors/mcp_wire.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import IO, Any, TextIO, cast
+
+import anyio
+import anyio.abc
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+
+from actors.errors import GatewayError, InfraError
+from actors.mcp_wire import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    argument_problem,
+    argument_validator,
+    cap_text,
+    content_text,
+    describe,
+    error_code,
+    tool_spec,
+)
+from actors.provisioners.base import EnvInfo, Provisioner, ServerLaunch, make_provisioner
+from policies.types import ToolResult, ToolSpec
+
+logger = logging.getLogger(__name__)
+
+_PING_S = 2.0  # an alive server answers a ping in milliseconds
+_STDERR_TAIL = 1500
+
+
+class _Server:
+    """One MCP server of one environment; its session lives in ``McpGateway._serve``."""
+
+    def __init__(self, env_id: str, launch: ServerLaunch) -> None:
+        self.env_id, self.name, self.launch = env_id, launch.name, launch
+        self.session: ClientSession | None = None
+        self.tools: list[dict[str, Any]] = []
+        self.ready, self.stop, self.done = anyio.Event(), anyio.Event(), anyio.Event()
+        self.failure: BaseException | None = None
+        self.status = "starting"  # starting | up | killed (by a deadline) | dead | closed
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()
+
+    def stderr_tail(self) -> str:
+        try:
+            self.stderr.seek(0, 2)
+            self.stderr.seek(max(0, self.stderr.tell() - _STDERR_TAIL))
+            return self.stderr.read().decode(errors="replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def describe_failure(self) -> str:
+        cause = describe(self.failure) if self.failure else "exited before it was ready"
+        tail = self.stderr_tail()
+        where = f"MCP server {self.name!r} (command {self.launch.command!r}) of env {self.env_id}"
+        return f"{where} failed to start: {cause}" + (f"\n--- its stderr (tail) ---\n{tail}" if tail else "")
+
+
+class _Env:
+    def __init__(self, info: EnvInfo, provisioner: Provisioner) -> None:
+        self.info, self.provisioner = info, provisioner
+        self.servers: dict[str, _Server] = {}
+        self.tools: dict[str, ToolSpec] = {}
+        self.validators: dict[str, Any] = {}
+        self.broken: str | None = None
+        self.restart_lock = anyio.Lock()
+
+
+class McpGateway:
+    """Per-environment MCP sessions. Create inside ``async with McpGateway.running() as gw``."""
+
+    def __init__(
+        self,
+        *,
+        provisioner_for: Callable[[str], Provisioner] = make_provisioner,
+        start_timeout_s: float = 60.0,
+        stop_timeout_s: float = 15.0,
+        max_output_chars: int = 20_000,
+    ) -> None:
+        self._provisioner_for = provisioner_for
+        self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
+        self.max_output_chars = max_output_chars
+        self._envs: dict[str, _Env] = {}
+        self._closed_broken: set[str] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def running(cls, **kwargs: Any) -> AsyncIterator[McpGateway]:
+        """A gateway whose session tasks live in this context; leaving it closes every session."""
+        gateway = cls(**kwargs)
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            gateway._tg = tg
+            try:
+                yield gateway
+            except Exception as e:  # re-raised below as itself, not wrapped in an ExceptionGroup
+                error = e
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await gateway.close_all()
+                gateway._tg = None
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    async def open(
+        self,
+        env: EnvInfo,
+        servers: Sequence[ServerLaunch],
+        allowed_tools: dict[str, tuple[str, ...] | None] | None = None,
+    ) -> list[ToolSpec]:
+        """Start the servers inside ``env``; the tools the model may call, pinned for the episode.
+
+        Raises ``InfraError`` if a server does not come up, ``GatewayError`` on misuse or when an
+        allowed tool does not exist on its server."""
+        if self._tg is None:
+            raise GatewayError("McpGateway.open called outside `async with McpGateway.running()`")
+        if env.env_id in self._envs:
+            raise GatewayError(f"env {env.env_id} is already open in the gateway; close it first")
+        names = [s.name for s in servers]
+        if len(set(names)) != len(names):
+            raise GatewayError(f"env {env.env_id}: duplicate server names in {names}")
+        state = _Env(env, self._provisioner_for(env.backend))
+        self._envs[env.env_id] = state
+        try:
+            for server in servers:
+                self._start(state, state.provisioner.stdio_launch(env, server))
+            # A backstop only: each _serve task bounds its own start with start_timeout_s.
+            with anyio.fail_after(self.start_timeout_s + self.stop_timeout_s):
+                for srv in state.servers.values():
+                    await srv.ready.wait()
+            failed = [srv.describe_failure() for srv in state.servers.values() if srv.status != "up"]
+            if failed:
+                raise InfraError("\n".join(failed))
+            _pin_tools(state, allowed_tools or {})
+        except BaseException:
+            state.broken = state.broken or "failed to open"
+            with anyio.CancelScope(shield=True):
+                await self.close(env.env_id)
+            raise
+        return list(state.tools.values())
+
+    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
+        """Call a namespaced tool; every tool-level failure is returned, never raised."""
+        state = self._env(env_id)
+        started = time.perf_counter()
+
+        def result(text: str, kind: str | None = None) -> ToolResult:
+            text = cap_text(text, self.max_output_chars)
+            latency = time.perf_counter() - started
+            return ToolResult(text=text, is_error=kind is not None, error_kind=kind, latency_s=latency)
+
+        spec = state.tools.get(name)
+        if spec is None:
+            return result(
+                f"Unknown tool {name!r}. Available tools: {', '.join(state.tools) or '(none)'}.",
+                "unknown_tool",
+            )
+        if not isinstance(arguments, dict):
+            return result(
+                f"Arguments of {name} must be a JSON object, got {type(arguments).__name__}.", "bad_arguments"
+            )
+        problem = argument_problem(state.validators.get(name), arguments)
+        if problem:
+            return result(f"Invalid arguments for {name}: {problem}", "bad_arguments")
+        srv = state.servers[spec.server]
+        with anyio.move_on_after(timeout_s) as deadline:
+            srv = await self._usable(state, srv)
+            if srv.status == "dead" or srv.session is None:
+                return result(
+                    f"MCP server {srv.name!r} is not running (it died earlier); {name} cannot run.",
+                    "server_died",
+                )
+            try:
+                raw = await srv.session.call_tool(spec.tool, arguments)
+            except Exception as e:  # the boundary: every failure becomes an observation
+                return result(*await self._classify_failure(state, srv, name, e))
+        if deadline.cancelled_caught:
+            self._kill(state, srv, f"{name} exceeded its {timeout_s:g}s deadline")
+            return result(
+                f"Tool {name} did not finish within its {timeout_s:g}s deadline: the call was cancelled and "
+                f"server {srv.name!r} was stopped (it restarts on the next call, with its state lost).",
+                "timeout",
+            )
+        wire = raw.model_dump(by_alias=True, mode="json", exclude_none=True)
+        text = content_text(wire)
+        if wire.get("isError"):
+            return result(text or f"Tool {name} reported an error without a message.", "tool_error")
+        return result(text)
+
+    async def server_tools(self, env_id: str) -> dict[str, list[dict[str, Any]]]:
+        """Each server's full tool listing in MCP wire form (annotations included), before filtering."""
+        return {name: list(srv.tools) for name, srv in self._env(env_id).servers.items()}
+
+    async def is_broken(self, env_id: str) -> bool:
+        """Whether the environment must not be reused (a server died, timed out or never started)."""
+        state = self._envs.get(env_id)
+        return state.broken is not None if state else env_id in self._closed_broken
+
+    async def close(self, env_id: str) -> None:
+        """Close the environment's sessions and wait (bounded) until their processes are gone."""
+        state = self._envs.pop(env_id, None)
+        if state is None:
+            return
+        if state.broken:
+            self._closed_broken.add(env_id)
+        for srv in state.servers.values():
+            srv.stop.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.stop_timeout_s) as scope:
+            for srv in state.servers.values():
+                await srv.done.wait()
+        if scope.cancelled_caught:
+            logger.warning("env %s: MCP servers still stopping after %ss", env_id, self.stop_timeout_s)
+        for srv in state.servers.values():
+            srv.stderr.close()
+
+    async def close_all(self) -> None:
+        for env_id in list(self._envs):
+            await self.close(env_id)
+
+    def _env(self, env_id: str) -> _Env:
+        state = self._envs.get(env_id)
+        if state is None:
+            raise GatewayError(
+                f"env {env_id} is not open in the gateway (open it first; open: {list(self._envs)})"
+            )
+        return state
+
+    def _start(self, state: _Env, launch: ServerLaunch) -> _Server:
+        srv = _Server(state.info.env_id, launch)
+        state.servers[srv.name] = srv
+        assert self._tg is not None
+        self._tg.start_soon(self._serve, srv, name=f"mcp:{state.info.env_id}:{srv.name}")
+        return srv
+
+    async def _serve(self, srv: _Server) -> None:
+        """The task that owns one server's transport and session, from start to stop."""
+        launch = srv.launch
+        params = StdioServerParameters(
+            command=launch.command, args=list(launch.args), env=dict(launch.env), cwd=launch.cwd
+        )
+        try:
+            async with (
+                stdio_client(params, errlog=cast(TextIO, srv.stderr)) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                with anyio.fail_after(self.start_timeout_s):
+                    await session.initialize()
+                    srv.tools = await _list_tools(session)
+                srv.session, srv.status = session, "up"
+                srv.ready.set()
+                await srv.stop.wait()
+        except Exception as e:
+            srv.failure = e
+            if srv.status == "up":
+                logger.warning("MCP server %r of env %s ended: %s", srv.name, srv.env_id, describe(e))
+        finally:
+            srv.session = None
+            if srv.status in ("starting", "up"):
+                srv.status = "closed" if srv.stop.is_set() else "dead"
+            srv.ready.set()
+            srv.done.set()
+
+    async def _usable(self, state: _Env, srv: _Server) -> _Server:
+        """The server to send to: a server stopped by a deadline is replaced by a fresh process."""
+        if srv.status != "killed":
+            return srv
+        async with state.restart_lock:
+            current = state.servers[srv.name]
+            if current.status == "killed":
+                await current.done.wait()  # the old process is gone before the new one starts
+                current.stderr.close()
+                current = self._start(state, current.launch)
+                await current.ready.wait()
+                if current.status != "up":
+                    logger.warning("%s", current.describe_failure())
+                    current.status = "dead"
+            return current
+
+    def _kill(self, state: _Env, srv: _Server, why: str) -> None:
+        state.broken = state.broken or why
+        if srv.status in ("starting", "up"):
+            srv.status = "killed"
+        srv.stop.set()
+
+    async def _classify_failure(self, state: _Env, srv: _Server, name: str, e: Exception) -> tuple[str, str]:
+        code = error_code(e)
+        if srv.status == "killed":
+            return (
+                f"Tool {name} was cancelled: server {srv.name!r} was stopped after another call's deadline.",
+                "timeout",
+            )
+        if code not in (None, CONNECTION_CLOSED):  # a JSON-RPC error reply: the server is alive
+            kind = "bad_arguments" if code == INVALID_PARAMS else "tool_error"
+            return f"Tool {name} failed: MCP error {code}: {describe(e)}", kind
+        if code is None and await _answers_ping(srv):
+            return f"Tool {name} failed: {describe(e)}", "tool_error"
+        state.broken = state.broken or f"server {srv.name} died during {name}"
+        srv.status = "dead"
+        srv.stop.set()
+        logger.warning(
+            "MCP server %r of env %s died during %s; stderr tail:\n%s",
+            srv.name,
+            srv.env_id,
+            name,
+            srv.stderr_tail(),
+        )
+        return f"MCP server {srv.name!r} died while running {name} ({describe(e)}).", "server_died"
+
+
+def _pin_tools(state: _Env, allowed: dict[str, tuple[str, ...] | None]) -> None:
+    for srv in state.servers.values():
+        by_name = {t["name"]: t for t in srv.tools}
+        wanted = allowed.get(srv.name)
+        if wanted is not None:
+            missing = sorted(set(wanted) - set(by_name))
+            if missing:
+                raise GatewayError(
+                    f"env {state.info.env_id}: server {srv.name!r} has no tool(s) {missing} that the task "
+                    f"allows; its tools: {sorted(by_name)}"
+                )
+            by_name = {n: t for n, t in by_name.items() if n in wanted}
+        for tool in by_name.values():
+            spec = tool_spec(srv.name, tool)
+            state.tools[spec.name] = spec
+            state.validators[spec.name] = argument_validator(spec)
+
+
+async def _list_tools(session: ClientSession) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(1000):  # a server that pages forever is a bug; stop rather than hang
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = (await session.list_tools(params=params)).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+        tools.extend(page.get("tools", []))
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    return tools
+
+
+async def _answers_ping(srv: _Server) -> bool:
+    session = srv.session
+    if session is None:
+        return False
+    with anyio.move_on_after(_PING_S):
+        try:
+            await session.send_ping()
+            return True
+        except Exception:
+            return False
+    return False
+
+
+class McpGatewayActor:
+    """Ray async actor body: the gateway's task group lives in a task on the actor's event loop.
+
+    Ray runs every method of an async actor on one asyncio loop, so a background asyncio task
+    started on first use can own ``McpGateway.running()`` for the actor's lifetime (an anyio task
+    group cannot outlive the method call that opened it). Build it with ``remote_mcp_gateway``.
+    """
+
+    def __init__(self, **gateway_kwargs: Any) -> None:
+        self._kwargs = gateway_kwargs
+        self._gateway: McpGateway | None = None
+        self._started: anyio.Event | None = None
+        self._stop: anyio.Event | None = None
+        self._host: Any = None
+
+    async def _get(self) -> McpGateway:
+        if self._host is None:  # no await before the task exists: concurrent first calls share it
+            import asyncio  # Ray actors run on asyncio; only the host task is asyncio-specific
+
+            self._started, self._stop = anyio.Event(), anyio.Event()
+            self._host = asyncio.get_running_loop().create_task(self._run_host(self._started, self._stop))
+        assert self._started is not None
+        with anyio.fail_after(30):
+            await self._started.wait()
+        assert self._gateway is not None
+        return self._gateway
+
+    async def _run_host(self, started: anyio.Event, stop: anyio.Event) -> None:
+        async with McpGateway.running(**self._kwargs) as gateway:
+            self._gateway = gateway
+            started.set()
+            await stop.wait()
+
+    async def open(
+        self,
+        env: EnvInfo,
+        servers: list[ServerLaunch],
+        allowed_tools: dict[str, tuple[str, ...] | None] | None = None,
+    ) -> list[ToolSpec]:
+        return await (await self._get()).open(env, servers, allowed_tools)
+
+    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
+        return await (await self._get()).call(env_id, name, arguments, timeout_s)
+
+    async def server_tools(self, env_id: str) -> dict[str, list[dict[str, Any]]]:
+        return await (await self._get()).server_tools(env_id)
+
+    async def is_broken(self, env_id: str) -> bool:
+        return await (await self._get()).is_broken(env_id)
+
+    async def close(self, env_id: str) -> None:
+        await (await self._get()).close(env_id)
+
+    async def shutdown(self) -> None:
+        if self._gateway is not None and self._stop is not None:
+            await self._gateway.close_all()
+            self._stop.set()
+            with anyio.fail_after(self._gateway.stop_timeout_s + 5):
+                await self._host
+
+
+def remote_mcp_gateway(ray_options: dict[str, Any] | None = None, **gateway_kwargs: Any) -> Any:
+    """A Ray actor handle running ``McpGateway`` (Ray imported only here)."""
+    from actors.remote import remote_class
+
+    return remote_class(McpGatewayActor, **(ray_options or {})).remote(**gateway_kwargs)

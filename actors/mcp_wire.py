@@ -1,0 +1,116 @@
+"""The MCP wire format, read the same way under ``mcp`` 1.x and 2.x, turned into what the model sees.
+
+Tools and results arrive as pydantic models whose attribute names differ between SDK majors
+(``isError`` / ``is_error``); their JSON (``model_dump(by_alias=True)``) does not, so everything
+here works on that JSON form. Pure functions: a tool listing entry to a ``ToolSpec``, an argument
+check against the tool's input schema (JSON Schema, dialect from ``$schema``), result content to
+text (non-text parts become a placeholder that says what was left out), an output cap, and short
+descriptions of SDK errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import jsonschema
+
+from policies.types import ToolSpec
+
+try:  # mcp 2.x
+    from mcp import MCPError as McpError
+except ImportError:  # mcp 1.x
+    from mcp import McpError  # type: ignore[attr-defined,no-redef]
+
+logger = logging.getLogger(__name__)
+
+CONNECTION_CLOSED = -32000
+"""JSON-RPC error code both SDK majors raise when the transport to the server ended."""
+INVALID_PARAMS = -32602
+
+
+def tool_spec(server: str, tool: dict[str, Any]) -> ToolSpec:
+    annotations = tool.get("annotations") or {}
+    return ToolSpec(
+        name=f"{server}__{tool['name']}",
+        server=server,
+        tool=tool["name"],
+        description=tool.get("description") or tool.get("title") or "",
+        parameters=tool.get("inputSchema") or {"type": "object"},
+        read_only=annotations.get("readOnlyHint"),
+    )
+
+
+def argument_validator(spec: ToolSpec) -> Any:
+    """A JSON-schema validator for the tool's arguments; ``None`` if the server's schema is invalid."""
+    try:
+        cls = jsonschema.validators.validator_for(spec.parameters)
+        cls.check_schema(spec.parameters)
+        return cls(spec.parameters)
+    except jsonschema.SchemaError as e:
+        logger.warning(
+            "tool %s has an invalid input schema, arguments go unchecked: %s", spec.name, e.message
+        )
+        return None
+
+
+def argument_problem(validator: Any, arguments: dict[str, Any]) -> str | None:
+    if validator is None:
+        return None
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{error.message}" + (f" (at {where})" if where else "")
+
+
+def content_text(wire: dict[str, Any]) -> str:
+    """Text parts joined by newlines; other content as a placeholder that says what was left out."""
+    parts: list[str] = []
+    for item in wire.get("content") or []:
+        kind = item.get("type")
+        if kind == "text":
+            parts.append(item.get("text", ""))
+        elif kind in ("image", "audio"):
+            size = len(item.get("data", "")) * 3 // 4
+            parts.append(
+                f"[{kind} content, {item.get('mimeType', 'unknown type')}, ~{size} bytes, not shown]"
+            )
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {item.get('uri', '?')}]")
+        elif kind == "resource":
+            resource = item.get("resource") or {}
+            text = resource.get("text")
+            parts.append(
+                text if text is not None else f"[binary resource {resource.get('uri', '?')}, not shown]"
+            )
+        else:
+            parts.append(f"[{kind} content, not shown]")
+    if not parts and wire.get("structuredContent") is not None:
+        parts.append(json.dumps(wire["structuredContent"], ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def cap_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters cut: output limit {limit}]"
+
+
+def error_code(e: BaseException) -> int | None:
+    if not isinstance(e, McpError):
+        return None
+    code = getattr(e, "code", None)  # 2.x
+    if code is None:
+        code = getattr(getattr(e, "error", None), "code", None)  # 1.x
+    return code if isinstance(code, int) else None
+
+
+def describe(e: BaseException | None) -> str:
+    while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+        e = e.exceptions[0]
+    if e is None:
+        return "no error"
+    message = getattr(e, "message", None) or str(e)
+    return f"{type(e).__name__}: {message}" if message else type(e).__name__

@@ -1,0 +1,283 @@
+"""Local provisioner: an environment is a temp directory on the host. NOT ISOLATED: development only.
+
+Layout of one environment (``root`` defaults to ``$TMPDIR/mcprl-envs``)::
+
+    <root>/<run_id>/<env_id>/label.json   EnvInfo as JSON, with the owner's pid: found by list_owned
+    <root>/<run_id>/<env_id>/work/        the working directory (EnvInfo.workdir)
+    <root>/<run_id>/<env_id>/home/        HOME of every process started in the environment
+    <root>/<run_id>/<env_id>/tmp/         TMPDIR of every process started in the environment
+
+Commands and MCP servers run as plain host processes with the host's user, file system and
+network; only ``cwd``, ``HOME`` and ``TMPDIR`` point into the environment. Nothing stops a process
+from reading or writing elsewhere. Use ``bwrap`` or ``docker`` for anything but development.
+
+Every process started here carries ``MCPRL_ENV_ID=<env_id>`` in its environment (children inherit
+it); ``reset`` and ``destroy`` kill every process that carries the marker, which also catches
+background processes a hook left behind and server processes the gateway did not close. A marker
+rather than recorded pids: pids get reused, an environment variable does not migrate.
+
+All paths are derived from the ``EnvInfo`` itself, so a default ``LocalProvisioner()`` (as
+``make_provisioner("local")`` builds in another process) can act on an environment created under
+any root.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import msgspec
+import psutil
+
+from actors.errors import EnvError
+from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+
+logger = logging.getLogger(__name__)
+
+ENV_MARKER = "MCPRL_ENV_ID"
+"""Environment variable that tags every process started inside an environment."""
+_SUBDIRS = ("work", "home", "tmp")
+_TIMEOUT_RETURNCODE = 124  # what coreutils' timeout(1) returns, so callers can tell a deadline
+_KILL_REAP_S = 5.0  # after SIGKILL the kernel needs only a moment; bound it anyway
+
+
+def default_root() -> Path:
+    return Path(tempfile.gettempdir()) / "mcprl-envs"
+
+
+class LocalProvisioner:
+    """Environments as host temp dirs; subprocesses with no isolation (development only)."""
+
+    name = "local"
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+
+    async def create(self, config: EnvConfig, run_id: str) -> EnvInfo:
+        env_id = uuid.uuid4().hex[:12]
+        env_dir = self.root / run_id / env_id
+        me = psutil.Process()
+        info = EnvInfo(
+            env_id=env_id,
+            run_id=run_id,
+            backend=self.name,
+            key=config.key(),
+            workdir=str(env_dir / "work"),
+            created_at=time.time(),
+            data={"env_dir": str(env_dir), "owner_pid": me.pid, "owner_started": me.create_time()},
+        )
+        try:
+            await anyio.to_thread.run_sync(_make_env_dir, env_dir, msgspec.json.encode(info))
+        except OSError as e:
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(env_dir, ignore_errors=True))
+            raise EnvError(f"local env {env_id}: cannot create {env_dir}: {e}") from e
+        return info
+
+    async def reset(self, env: EnvInfo) -> None:
+        env_dir = await anyio.to_thread.run_sync(_checked_dir, env)
+        await anyio.to_thread.run_sync(kill_marked_processes, env.env_id)
+
+        def wipe() -> None:
+            for sub in _SUBDIRS:
+                shutil.rmtree(env_dir / sub, ignore_errors=True)
+                (env_dir / sub).mkdir()
+
+        try:
+            await anyio.to_thread.run_sync(wipe)
+        except OSError as e:
+            raise EnvError(f"local env {env.env_id}: reset of {env_dir} failed: {e}") from e
+
+    async def health_check(self, env: EnvInfo) -> bool:
+        return await anyio.to_thread.run_sync(_healthy, env)
+
+    async def destroy(self, env: EnvInfo) -> None:
+        await anyio.to_thread.run_sync(kill_marked_processes, env.env_id)
+        await anyio.to_thread.run_sync(_remove_env_dir, env)
+
+    async def list_owned(self, run_id: str | None = None) -> list[EnvInfo]:
+        return await anyio.to_thread.run_sync(_read_labels, self.root, run_id)
+
+    async def exec(
+        self, env: EnvInfo, argv: list[str], *, stdin: bytes | None = None, timeout_s: float = 60.0
+    ) -> ExecResult:
+        """Run ``argv`` in the workdir in its own process group; on timeout kill the whole group and
+        return code 124 (as ``timeout(1)`` does) with a note on stderr."""
+        await anyio.to_thread.run_sync(_checked_dir, env)
+        process = await anyio.open_process(
+            argv,
+            cwd=env.workdir,
+            env=_process_environ(env, dict(os.environ)),
+            start_new_session=True,  # its own group, so a deadline kills its children too
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        )
+        out, err = bytearray(), bytearray()
+        timed_out = True
+        async with process:  # closes the pipes and the transport however we leave
+            try:
+                with anyio.move_on_after(timeout_s):
+                    await _communicate(process, stdin, out, err)
+                    timed_out = False
+            finally:
+                if timed_out:  # the deadline, or our caller was cancelled: kill the whole group
+                    _killpg(process.pid)
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_REAP_S):
+                        await process.wait()
+                        # SIGKILL lands asynchronously: return only once the group is gone.
+                        await anyio.to_thread.run_sync(_wait_group_gone, process.pid)
+        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        if timed_out:
+            note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
+            return ExecResult(returncode=_TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
+        code = process.returncode if process.returncode is not None else -signal.SIGKILL
+        return ExecResult(returncode=code, stdout=stdout, stderr=stderr)
+
+    def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
+        """The server's own command, run on the host with cwd in the workdir (NO isolation)."""
+        cwd = Path(env.workdir) / server.cwd if server.cwd else Path(env.workdir)
+        return ServerLaunch(
+            name=server.name,
+            command=server.command,
+            args=server.args,
+            env=_process_environ(env, dict(server.env)),
+            cwd=str(cwd),
+        )
+
+
+def _process_environ(env: EnvInfo, base: dict[str, str]) -> dict[str, str]:
+    env_dir = Path(env.data["env_dir"])
+    return base | {"HOME": str(env_dir / "home"), "TMPDIR": str(env_dir / "tmp"), ENV_MARKER: env.env_id}
+
+
+def _checked_dir(env: EnvInfo) -> Path:
+    """The environment's directory, after checking that it really is this environment."""
+    env_dir = Path(env.data.get("env_dir", ""))
+    try:
+        label = msgspec.json.decode((env_dir / "label.json").read_bytes(), type=EnvInfo)
+    except (OSError, msgspec.DecodeError) as e:
+        raise EnvError(f"local env {env.env_id}: no readable label in {env_dir!s}: {e}") from e
+    if label.env_id != env.env_id:
+        raise EnvError(
+            f"local env {env.env_id}: {env_dir} is labelled {label.env_id!r}, expected {env.env_id!r}"
+        )
+    return env_dir
+
+
+def _make_env_dir(env_dir: Path, label: bytes) -> None:
+    for sub in _SUBDIRS:
+        (env_dir / sub).mkdir(parents=True)
+    # Written last and atomically: a label on disk means a complete environment.
+    tmp = env_dir / "label.json.tmp"
+    tmp.write_bytes(label)
+    tmp.rename(env_dir / "label.json")
+
+
+def _healthy(env: EnvInfo) -> bool:
+    env_dir, work = Path(env.data.get("env_dir", "")), Path(env.workdir)
+    return (env_dir / "label.json").is_file() and work.is_dir() and os.access(work, os.W_OK | os.X_OK)
+
+
+def _remove_env_dir(env: EnvInfo) -> None:
+    env_dir = Path(env.data.get("env_dir", ""))
+    if not (env_dir / "label.json").is_file():
+        return  # already gone (idempotent), or not an environment: never rm -rf a stranger's dir
+    _checked_dir(env)
+    shutil.rmtree(env_dir)
+    try:
+        env_dir.parent.rmdir()  # the run dir, once its last environment is gone
+    except OSError:
+        pass
+
+
+def _read_labels(root: Path, run_id: str | None) -> list[EnvInfo]:
+    pattern = f"{run_id}/*/label.json" if run_id is not None else "*/*/label.json"
+    found: list[EnvInfo] = []
+    for label in sorted(root.glob(pattern)):
+        try:
+            found.append(msgspec.json.decode(label.read_bytes(), type=EnvInfo))
+        except (OSError, msgspec.DecodeError) as e:
+            logger.warning("skipping unreadable environment label %s: %s", label, e)
+    return found
+
+
+async def _communicate(
+    process: anyio.abc.Process, stdin: bytes | None, out: bytearray, err: bytearray
+) -> None:
+    async def drain(stream: anyio.abc.ByteReceiveStream | None, buf: bytearray) -> None:
+        if stream is not None:
+            async for chunk in stream:
+                buf.extend(chunk)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drain, process.stdout, out)
+        tg.start_soon(drain, process.stderr, err)
+        if stdin is not None and process.stdin is not None:
+            try:
+                await process.stdin.send(stdin)
+            except (anyio.BrokenResourceError, OSError):
+                pass  # the command exited without reading all of its input: its exit code tells
+            await process.stdin.aclose()
+        await process.wait()
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_marked_processes(env_id: str) -> int:
+    """SIGKILL every process whose environment carries ``MCPRL_ENV_ID=env_id``; returns how many."""
+    me = os.getpid()
+    victims: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(ENV_MARKER) == env_id:
+                victims.append(proc)
+        except (psutil.Error, OSError):
+            continue  # gone, a zombie, or not ours to read
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    _wait_until_gone(victims)
+    return len(victims)
+
+
+def _wait_group_gone(pgid: int) -> None:
+    members: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+        except OSError:
+            continue
+    _wait_until_gone(members)
+
+
+def _wait_until_gone(procs: list[psutil.Process]) -> None:
+    """Bounded wait until every process is dead. Polls instead of psutil.wait_procs: waitpid on our
+    own children would steal the exit status from the event loop's child watcher. A zombie is dead
+    enough: it holds no files and runs no code."""
+    deadline = time.monotonic() + _KILL_REAP_S
+    while any(_running(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,381 @@
+"""Run configuration: frozen msgspec Structs loaded from YAML, overridable as ``key.path=value``.
+
+``load_run_config(None, [])`` is the embedded demo (every default). Unknown keys are refused with
+the valid keys at that level; wrong types and failed validators are refused with the file and the
+field. Validators live next to the fields they guard and say why the constraint exists. This module
+imports no ML library, so launchers can parse (and refuse) a config before importing torch.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from specs.errors import SpecError, raise_all, split_validation_error
+
+
+class DomainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str = "calculator"
+    """Domain name, used in logs and run names."""
+    tasks: str = "specs/domains/calculator/tasks/train.json"
+    """Training task file (MCP-Universe task format), relative to the working directory."""
+    eval_tasks: str = "specs/domains/calculator/tasks/eval.json"
+    """Held-out evaluation task file."""
+    servers: str = "specs/domains/calculator/servers.json"
+    """Server list (MCP-Universe ``server_list.json`` shape) naming how to start each MCP server."""
+    hook_modules: tuple[str, ...] = ("specs.domains.calculator.hooks",)
+    """Modules whose registered prepare/cleanup/evaluator functions the tasks may name."""
+    system_prompt: str | None = None
+    """System prompt override; ``None`` uses the agent loop's default."""
+    expert: str | None = "specs.domains.calculator.expert:respond"
+    """Import string of the scripted expert (``respond(task, conversation) -> str``) for the warm start."""
+
+
+class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    path: str = ".cache/models/SmolLM2-135M-Instruct"
+    """Hugging Face model directory (config, tokenizer, weights)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Weights dtype for generator and learner; float32 keeps train/inference logprobs equal on CPU."""
+
+
+class EnvPoolConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    backend: Literal["local"] = "local"
+    """Provisioner backend (``local``: subprocesses in a temp dir, no isolation)."""
+    max_live: int = 8
+    """Most environments alive at once; bounds host memory and processes."""
+    reuse: bool = True
+    """Reset and reuse released environments instead of destroying them."""
+
+    def __post_init__(self) -> None:
+        if self.max_live < 1:
+            raise ValueError("env.max_live must be >= 1: no rollout can run without an environment")
+
+
+class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    group_size: int = 4
+    """Trajectories per task; GRPO normalises rewards within each group."""
+    tasks_per_step: int = 4
+    """Tasks (groups) per training step."""
+    acquire_workers: int = 2
+    """Concurrent environment acquisitions (create/reset + prepare hooks)."""
+    run_workers: int = 4
+    """Concurrent agent episodes."""
+    eval_workers: int = 2
+    """Concurrent evaluations (evaluators + cleanup hooks)."""
+    max_turns: int = 3
+    """Most model turns per episode."""
+    max_new_tokens: int = 96
+    """Most tokens the model generates in one turn."""
+    temperature: float = 1.0
+    """Sampling temperature during training rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling mass during training rollouts."""
+    tool_timeout_s: float = 10.0
+    """Deadline of one tool call; the call is cancelled and its process killed past it."""
+    max_context_tokens: int = 1024
+    """Most tokens of one whole conversation; the episode ends truncated beyond it."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(
+                "rollout.group_size must be >= 2: GRPO normalises rewards within a group, "
+                "and a group of one has no baseline (its advantage is always 0)"
+            )
+        for name in ("tasks_per_step", "acquire_workers", "run_workers", "eval_workers", "max_turns"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout.{name} must be >= 1")
+        if self.run_workers < self.acquire_workers:
+            raise ValueError(
+                f"rollout.run_workers ({self.run_workers}) must be >= rollout.acquire_workers "
+                f"({self.acquire_workers}): acquired environments would queue up idle, holding memory"
+            )
+        if not 0 < self.max_new_tokens < self.max_context_tokens:
+            raise ValueError(
+                f"rollout.max_new_tokens ({self.max_new_tokens}) must be > 0 and < rollout.max_context_tokens "
+                f"({self.max_context_tokens}): one turn must fit in the context with the prompt"
+            )
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("rollout.temperature must be >= 0 and rollout.top_p in (0, 1]")
+        if self.tool_timeout_s <= 0:
+            raise ValueError("rollout.tool_timeout_s must be > 0: every tool call needs a deadline")
+
+
+class GeneratorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    max_model_len: int = 2048
+    """vLLM context length; must hold rollout.max_context_tokens."""
+    kv_cache_gib: int = 1
+    """KV cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``)."""
+    enforce_eager: bool = True
+    """Skip graph capture: faster start, and CPU runs gain nothing from it."""
+    max_num_seqs: int = 32
+    """Most sequences vLLM batches at once."""
+    gpu_memory_utilization: float = 0.4
+    """Share of GPU memory vLLM may take (GPU only); the rest stays for the colocated learner."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError("generator.gpu_memory_utilization must be in (0, 1]")
+
+
+class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    lr: float = 1e-6
+    """AdamW learning rate for RL updates."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Gradient norm clip."""
+    micro_batch_size: int = 4
+    """Sequences per forward/backward pass."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage (0 on CPU)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory."""
+    checkpoint_dir: str | None = None
+    """Where checkpoints go; ``None`` means ``<output_dir>/<run_name>/checkpoint``."""
+    epochs_per_step: int = 1
+    """Passes over each step's batch."""
+
+    def __post_init__(self) -> None:
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"learner.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.lr <= 0 or self.micro_batch_size < 1 or self.epochs_per_step < 1:
+            raise ValueError("learner.lr must be > 0, micro_batch_size and epochs_per_step >= 1")
+
+
+class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    type: Literal["grpo"] = "grpo"
+    """Algorithm; later variants are looked up by this tag."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (ratio >= 1 - clip_low)."""
+    clip_high: float = 0.2
+    """PPO ratio clip above 1 (ratio <= 1 + clip_high)."""
+    kl_coef: float = 0.0
+    """Weight of the KL penalty to the reference policy; 0 disables it (and the reference model)."""
+    kl_estimator: Literal["k3"] = "k3"
+    """KL estimator (Schulman's k3, unbiased and non-negative)."""
+    std_normalize: bool = True
+    """Divide group-centred rewards by the group's standard deviation."""
+    eps: float = 1e-6
+    """Added to the group standard deviation so equal rewards give advantage 0, not NaN."""
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
+            raise ValueError("algorithm: need 0 <= clip_low < 1, clip_high >= 0, kl_coef >= 0, eps > 0")
+
+
+class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    """Supervised warm start on expert demonstrations before RL (the base model never calls tools)."""
+    demonstrations: int = 64
+    """Expert trajectories to train on; few, to leave RL headroom."""
+    epochs: int = 2
+    """Passes over the demonstrations."""
+    lr: float = 5e-5
+    """Learning rate of the warm start."""
+    batch_size: int = 8
+    """Demonstrations per optimizer step."""
+
+    def __post_init__(self) -> None:
+        if self.demonstrations < 1 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError("warmstart: demonstrations, epochs and batch_size must be >= 1 and lr > 0")
+
+
+class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    steps: int = 4
+    """RL steps (rollout + update)."""
+    eval_every: int = 0
+    """Evaluate every N steps; 0 means only before the first and after the last step."""
+    eval_tasks_limit: int = 16
+    """Most eval tasks per evaluation."""
+    eval_max_turns: int | None = None
+    """Turn limit in evaluation; ``None`` means rollout.max_turns."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.eval_every < 0 or self.eval_tasks_limit < 1:
+            raise ValueError("train: steps and eval_every must be >= 0, eval_tasks_limit >= 1")
+
+
+class WandbConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    project: str = "mcprl"
+    """W&B project."""
+    entity: str | None = None
+    """W&B entity (team or user); ``None`` is the account default."""
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    """``offline`` writes under ``wandb/`` for a later ``wandb sync``."""
+    tags: tuple[str, ...] = ()
+    """Tags on the run."""
+
+
+class RayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    address: str | None = None
+    """Cluster address; ``None`` starts a local in-process Ray."""
+    num_cpus: int | None = None
+    """CPUs of the local Ray; ``None`` lets Ray detect them."""
+
+
+class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    run_name: str = "demo"
+    """Name of the run: output subdirectory and W&B run name."""
+    seed: int = 0
+    """Seed of task sampling and of everything seeded."""
+    output_dir: str = "runs"
+    """Root directory of run outputs."""
+    domain: DomainConfig = msgspec.field(default_factory=DomainConfig)
+    """Tasks, servers and hooks of the domain."""
+    model: ModelConfig = msgspec.field(default_factory=ModelConfig)
+    """Policy model."""
+    env: EnvPoolConfig = msgspec.field(default_factory=EnvPoolConfig)
+    """Environment pool."""
+    rollout: RolloutConfig = msgspec.field(default_factory=RolloutConfig)
+    """Rollout pipeline and sampling."""
+    generator: GeneratorConfig = msgspec.field(default_factory=GeneratorConfig)
+    """vLLM engine."""
+    learner: LearnerConfig = msgspec.field(default_factory=LearnerConfig)
+    """DeepSpeed learner."""
+    algorithm: GrpoConfig = msgspec.field(default_factory=GrpoConfig)
+    """RL algorithm."""
+    warmstart: WarmStartConfig = msgspec.field(default_factory=WarmStartConfig)
+    """Supervised warm start."""
+    train: TrainConfig = msgspec.field(default_factory=TrainConfig)
+    """Training loop."""
+    placement: Literal["colocated"] = "colocated"
+    """``colocated``: generator and learner share devices and alternate."""
+    wandb: WandbConfig = msgspec.field(default_factory=WandbConfig)
+    """Weights & Biases logging."""
+    ray: RayConfig = msgspec.field(default_factory=RayConfig)
+    """Ray cluster."""
+
+    def __post_init__(self) -> None:
+        if self.warmstart.enabled and not self.domain.expert:
+            raise ValueError(
+                "warmstart.enabled needs domain.expert: the demonstrations come from the scripted expert"
+            )
+        if self.rollout.max_context_tokens > self.generator.max_model_len:
+            raise ValueError(
+                f"rollout.max_context_tokens ({self.rollout.max_context_tokens}) must be <= "
+                f"generator.max_model_len ({self.generator.max_model_len}): the engine cannot hold a longer conversation"
+            )
+
+    @property
+    def run_dir(self) -> str:
+        """``<output_dir>/<run_name>``."""
+        return os.path.join(self.output_dir, self.run_name)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """learner.checkpoint_dir, or ``<run_dir>/checkpoint`` when unset."""
+        return self.learner.checkpoint_dir or os.path.join(self.run_dir, "checkpoint")
+
+    @property
+    def eval_max_turns(self) -> int:
+        """train.eval_max_turns, or rollout.max_turns when unset."""
+        return self.train.eval_max_turns or self.rollout.max_turns
+
+
+def _struct_fields(tp: Any) -> dict[str, Any] | None:
+    """Field name -> type of a Struct type, else ``None`` (a leaf value)."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return {f.name: f.type for f in msgspec.structs.fields(tp)}
+    return None
+
+
+def _literal_choices(where: str) -> tuple[Any, ...]:
+    """The allowed values when the field at ``where`` (``a.b``) is a ``Literal``, else ``()``."""
+    tp: Any = RunConfig
+    for key in where.split("."):
+        fields = _struct_fields(tp)
+        if fields is None or key not in fields:
+            return ()
+        tp = fields[key]
+    return typing.get_args(tp) if typing.get_origin(tp) is Literal else ()
+
+
+def _unknown_keys(data: Any, tp: Any, path: str, file: str) -> list[SpecError]:
+    fields = _struct_fields(tp)
+    if fields is None or not isinstance(data, dict):
+        return []
+    problems: list[SpecError] = []
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            level = path or "top level"
+            problems.append(
+                SpecError(file, where, f"unknown key; valid keys at {level}: {', '.join(fields)}")
+            )
+        else:
+            problems.extend(_unknown_keys(value, fields[key], where, file))
+    return problems
+
+
+def _apply_override(data: dict[str, Any], override: str) -> None:
+    file = "command line"
+    key_path, sep, raw = override.partition("=")
+    if not sep or not key_path.strip():
+        raise SpecError(file, f"override {override!r}", "expected key.path=value")
+    keys = key_path.strip().split(".")
+    node, tp = data, RunConfig
+    for depth, key in enumerate(keys):
+        fields = _struct_fields(tp)
+        here = ".".join(keys[:depth]) or "top level"
+        if fields is None:
+            raise SpecError(file, f"override {override!r}", f"{here} is not a section; it has no key {key!r}")
+        if key not in fields:
+            raise SpecError(
+                file,
+                f"override {override!r}",
+                f"unknown key {key!r}; valid keys at {here}: {', '.join(fields)}",
+            )
+        if depth == len(keys) - 1:
+            try:
+                node[key] = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError as e:
+                raise SpecError(file, f"override {override!r}", f"value is not valid YAML: {e}") from None
+            return
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node, tp = child, fields[key]
+
+
+def load_run_config(path: str | os.PathLike[str] | None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Load a YAML run config (``None``: all defaults), apply ``key.path=value`` overrides, validate."""
+    file = str(path) if path is not None else "<defaults>"
+    data: Any = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise SpecError(file, "file", "no such file") from None
+        except yaml.YAMLError as e:
+            raise SpecError(file, "file", f"invalid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise SpecError(
+                file, "top level", f"expected a mapping of config sections, got {type(data).__name__}"
+            )
+    raise_all(_unknown_keys(data, RunConfig, "", file))
+    for override in overrides:
+        _apply_override(data, override)
+    if overrides:
+        file = f"{file} (with overrides {' '.join(overrides)})"
+    try:
+        return msgspec.convert(data, RunConfig)
+    except msgspec.ValidationError as e:
+        where, message = split_validation_error(e, "")
+        choices = _literal_choices(where)
+        if choices:
+            message += f"; expected one of: {', '.join(map(str, choices))}"
+        raise SpecError(file, where, message) from None
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain nested dict of the config (for W&B config logging and the run directory)."""
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(cfg))  # tuples become lists: JSON-safe
+    return out

@@ -1,0 +1,199 @@
+"""MCP server registry: server name -> how to start it, in MCP-Universe's ``server_list.json`` shape.
+
+A file maps each server name to an entry (MCP-Universe ``mcpuniverse/mcp/config.py``)::
+
+    {"calculator": {"stdio": {"command": "python3", "args": ["-m", "mcp_server_calculator"]}},
+     "google-search": {"stdio": {...}, "sse": {"command": "python3", "args": [..., "{{PORT}}"]},
+                       "env": {"SERP_API_KEY": "{{SERP_API_KEY}}"}},
+     "remote": {"http_url": "https://host/mcp", "headers": {"Authorization": "Bearer {{TOKEN}}"}}}
+
+``stdio`` and ``sse`` are commands (``sse`` starts the server as an SSE listener on ``{{PORT}}``);
+``http_url``/``headers`` name an already running streamable-HTTP server. All are parsed and kept;
+``launch`` builds the stdio command line, the only transport the gateway uses for now.
+
+Templates ``{{VAR}}`` (also ``{{ VAR }}``, as MCP-Universe renders them with Jinja) are filled from
+the process environment at launch time, never at load time: a registry holds templates only, and
+filled values live only in the ``ServerLaunch`` (whose repr hides them). No error message ever
+contains a filled value. ``python``/``python3`` resolve to the running interpreter so that servers
+installed in this virtual environment start; a relative command path (``.cache/servers/x/bin/python``,
+a server's own virtual environment, needed when its ``mcp`` version differs from ours) resolves
+against the current working directory, the project root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from actors.provisioners.base import ServerLaunch
+from specs.errors import SpecError, raise_all, split_validation_error
+
+_TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_PYTHON_NAMES = frozenset({"python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}"})
+
+
+class CommandSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A command line (MCP-Universe ``CommandConfig``); args may hold ``{{VAR}}`` templates."""
+
+    command: str
+    args: tuple[str, ...] = ()
+
+
+class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One server of the registry, templates unfilled (safe to log)."""
+
+    name: str
+    stdio: CommandSpec | None = None
+    sse: CommandSpec | None = None
+    """Command that starts the server as an SSE listener (MCP-Universe fills ``{{PORT}}``)."""
+    http_url: str | None = None
+    """URL of a running streamable-HTTP server."""
+    headers: dict[str, str] | None = None
+    """HTTP headers for ``http_url``; values may hold templates (tokens)."""
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    """Environment variables for the server process; values may hold templates (secrets)."""
+
+    def variables(self) -> list[str]:
+        """Names of every template variable the entry uses, sorted."""
+        texts: list[str] = list(self.env.values()) + list((self.headers or {}).values())
+        for cmd in (self.stdio, self.sse):
+            if cmd is not None:
+                texts.extend([cmd.command, *cmd.args])
+        if self.http_url:
+            texts.append(self.http_url)
+        return sorted({m.group(1) for t in texts for m in _TEMPLATE.finditer(t)})
+
+
+_ENTRY_FIELDS = ("stdio", "sse", "http_url", "headers", "env")
+
+
+class ServerRegistry:
+    """Parsed server list of one file; ``launch`` fills templates inside the calling process."""
+
+    def __init__(self, entries: Mapping[str, ServerEntry], file: str) -> None:
+        self._entries = dict(entries)
+        self.file = file
+
+    def __repr__(self) -> str:
+        return f"ServerRegistry(file={self.file!r}, servers={self.names()!r})"
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def entry(self, name: str) -> ServerEntry:
+        """The parsed entry (templates unfilled); ``SpecError`` listing known names if unknown."""
+        if name not in self._entries:
+            known = ", ".join(self.names()) or "(none)"
+            raise SpecError(self.file, f"server {name!r}", f"unknown MCP server; known servers: {known}")
+        return self._entries[name]
+
+    def launch(self, name: str, environ: Mapping[str, str] | None = None) -> ServerLaunch:
+        """The stdio command for ``name`` with templates filled from ``environ`` (default: os.environ)."""
+        entry = self.entry(name)
+        where = f"server {name!r}"
+        if entry.stdio is None:
+            has = [f for f in _ENTRY_FIELDS[1:3] if getattr(entry, f)]
+            raise SpecError(
+                self.file,
+                where,
+                f"no 'stdio' entry (has: {', '.join(has) or 'nothing'}); "
+                "the gateway starts servers over stdio only",
+            )
+        source = os.environ if environ is None else environ
+        fill = _Filler(source, self.file, name)
+        command = fill(entry.stdio.command, f"{where}.stdio.command")
+        args = tuple(fill(a, f"{where}.stdio.args[{i}]") for i, a in enumerate(entry.stdio.args))
+        env = {k: fill(v, f"{where}.env.{k}") for k, v in entry.env.items()}
+        if command in _PYTHON_NAMES:
+            command = sys.executable
+        elif "/" in command and not os.path.isabs(command):
+            # A server's own virtual environment inside the project (".cache/servers/x/bin/python"):
+            # absolute, because the provisioner starts the server in the environment's workdir.
+            command = os.path.abspath(command)
+        return ServerLaunch(name=name, command=command, args=args, env=env)
+
+
+class _Filler:
+    """Fills ``{{VAR}}`` from a mapping; a missing or empty variable is a ``SpecError`` naming it."""
+
+    def __init__(self, environ: Mapping[str, str], file: str, server: str) -> None:
+        self._environ = environ
+        self._file = file
+        self._server = server
+
+    def __call__(self, text: str, where: str) -> str:
+        def sub(match: re.Match[str]) -> str:
+            var = match.group(1)
+            value = self._environ.get(var, "")
+            if not value:  # MCP-Universe also treats an empty variable as unset
+                raise SpecError(
+                    self._file,
+                    where,
+                    f"environment variable {var} is not set (needed by MCP server {self._server!r})",
+                )
+            return value
+
+        return _TEMPLATE.sub(sub, text)
+
+
+def _parse_entry(name: str, raw: Any, file: str) -> ServerEntry:
+    where = f"server {name!r}"
+    if not isinstance(raw, dict):
+        raise SpecError(
+            file, where, f"expected an object with {', '.join(_ENTRY_FIELDS)}, got {type(raw).__name__}"
+        )
+    unknown = [k for k in raw if k not in _ENTRY_FIELDS and not str(k).startswith("_")]
+    if unknown:
+        raise SpecError(
+            file, f"{where}.{unknown[0]}", f"unknown field; accepted fields: {', '.join(_ENTRY_FIELDS)}"
+        )
+    known = {k: v for k, v in raw.items() if k in _ENTRY_FIELDS}
+    if not any(known.get(k) for k in ("stdio", "sse", "http_url")):
+        raise SpecError(file, where, "needs at least one transport: 'stdio', 'sse' or 'http_url'")
+    try:
+        return msgspec.convert({"name": name, **known}, ServerEntry)
+    except msgspec.ValidationError as e:
+        raise SpecError(file, *split_validation_error(e, where)) from None
+
+
+def parse_server_registry(data: Any, file: str) -> ServerRegistry:
+    """Validate a decoded server list; every bad entry is reported (``SpecErrors`` when several)."""
+    if not isinstance(data, dict):
+        raise SpecError(
+            file,
+            "top level",
+            f"expected an object mapping server names to entries, got {type(data).__name__}",
+        )
+    entries: dict[str, ServerEntry] = {}
+    problems: list[SpecError] = []
+    for name, raw in data.items():
+        if str(name).startswith("_"):
+            continue
+        try:
+            entries[name] = _parse_entry(name, raw, file)
+        except SpecError as e:
+            problems.append(e)
+    raise_all(problems)
+    return ServerRegistry(entries, file)
+
+
+def load_server_registry(path: str | os.PathLike[str]) -> ServerRegistry:
+    """Load a ``server_list.json``-shaped file; ``SpecError`` on unreadable JSON or bad entries."""
+    file = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(file, "file", "no such file") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(file, f"line {e.lineno} column {e.colno}", f"invalid JSON: {e.msg}") from None
+    return parse_server_registry(data, file)

@@ -1,0 +1,249 @@
+"""Task specifications in the MCP-Universe task format, validated at load.
+
+A task file holds one task object or a list of them (MCP-Universe ``TaskConfig``, plus the fields its
+RL-training files add: ``instance_id``, ``instruction``, ``dockerfile_path``)::
+
+    {"instance_id": "calc-0001", "category": "arithmetic",
+     "instruction": "A shop has 17 boxes of 25 pens; 38 are sold. How many pens are left?",
+     "output_format": "...", "mcp_servers": [{"name": "calculator"}],
+     "evaluators": [{"func": "number", "op": "approx", "value": 387}],
+     "prepares": [{"prepare_func": "write_instruction", "prepare_args": {"path": "task.txt"}}],
+     "_answer": 387}
+
+``question`` is accepted as an alias of ``instruction`` (MCP-Universe benchmark files use it).
+Fields starting with ``_`` are private: kept in ``TaskSpec.private``, ignored by the framework
+(a scripted expert may read them). Any other unknown field is refused with the file, the task
+index, the field and the accepted fields. Every problem in a file is reported, not only the first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from specs.errors import SpecError, raise_all, split_validation_error
+
+
+class McpServerRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A server the task uses, by its name in the server registry."""
+
+    name: str
+    tools: tuple[str, ...] | None = None
+    """Only these tools of the server are shown to the model; ``None`` shows all."""
+
+
+class EvaluatorSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """MCP-Universe ``EvaluatorConfig``: checks ``func(output) op value``.
+
+    ``func`` is a chain like ``"json -> get(answer)"``; ``op`` a generic comparison (``=``, ``approx``,
+    ``contain``...) or the name of a registered evaluator (``calculator.final_answer``); ``""`` only
+    requires that ``func`` succeeds.
+    """
+
+    func: str
+    op: str = ""
+    value: Any = None
+    """The expected operand of a generic op (the ground truth)."""
+    op_args: Any = None
+    """Extra arguments: tolerances of generic ops, or keyword arguments of a registered evaluator."""
+    desc: str = ""
+    """Human description, for reports."""
+
+
+class PrepareSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """MCP-Universe ``TaskPrepareConfig``: a registered prepare hook and its keyword arguments."""
+
+    prepare_func: str
+    """Registered name (in the run's hook modules) or import string ``pkg.mod:func``."""
+    prepare_args: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class CleanupSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """MCP-Universe ``TaskCleanupConfig``: undo what a tool call changed.
+
+    With ``tool`` set it runs once per call of ``server``'s ``tool`` in the trajectory, ``cleanup_args``
+    may read that call's arguments (``"$name"``) or result (``"$return -> get(id)"``); with ``tool``
+    empty it runs once. ``cleanup_func`` is a registered cleanup hook, else a tool of ``server``.
+    """
+
+    cleanup_func: str
+    server: str = ""
+    tool: str = ""
+    cleanup_args: Any = msgspec.field(default_factory=dict)
+
+
+class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One validated task."""
+
+    instance_id: str
+    instruction: str
+    mcp_servers: tuple[McpServerRef, ...] = ()
+    evaluators: tuple[EvaluatorSpec, ...] = ()
+    output_format: dict[str, Any] | str | None = None
+    """How the final answer must look: an MCP-Universe JSON template (dict) or a plain sentence."""
+    category: str = "general"
+    use_specified_server: bool = False
+    """Show the model only the task's servers (not every server of the registry)."""
+    dockerfile_path: str | None = None
+    build_args: dict[str, str] = msgspec.field(default_factory=dict)
+    prepares: tuple[PrepareSpec, ...] = ()
+    cleanups: tuple[CleanupSpec, ...] = ()
+    private: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The ``_``-prefixed fields of the file, kept verbatim (keys with their underscore)."""
+
+    @property
+    def server_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.mcp_servers)
+
+
+class _TaskFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What a task object may contain (before ``question`` folds into ``instruction``)."""
+
+    instance_id: str | None = None
+    instruction: str | None = None
+    question: str | None = None
+    mcp_servers: tuple[McpServerRef, ...] = ()
+    evaluators: tuple[EvaluatorSpec, ...] = ()
+    output_format: dict[str, Any] | str | None = None
+    category: str = "general"
+    use_specified_server: bool = False
+    dockerfile_path: str | None = None
+    build_args: dict[str, str] = msgspec.field(default_factory=dict)
+    prepares: tuple[PrepareSpec, ...] = ()
+    cleanups: tuple[CleanupSpec, ...] = ()
+
+
+_NESTED: dict[str, type[msgspec.Struct]] = {
+    "mcp_servers": McpServerRef,
+    "evaluators": EvaluatorSpec,
+    "prepares": PrepareSpec,
+    "cleanups": CleanupSpec,
+}
+
+
+def _accepted(tp: type[msgspec.Struct]) -> list[str]:
+    return [f.name for f in msgspec.structs.fields(tp)]
+
+
+def _unknown_fields(raw: dict[str, Any], where: str, file: str) -> list[SpecError]:
+    """Unknown keys of a task and of its nested objects, each with the accepted fields listed."""
+    problems = [
+        SpecError(
+            file,
+            f"{where}.{key}",
+            f"unknown field; accepted fields: {', '.join(_accepted(_TaskFields))} "
+            "(and any field starting with '_')",
+        )
+        for key in raw
+        if key not in _accepted(_TaskFields)
+    ]
+    for key, tp in _NESTED.items():
+        items = raw.get(key)
+        if not isinstance(items, list):
+            continue
+        for j, item in enumerate(items):
+            if isinstance(item, dict):
+                problems.extend(
+                    SpecError(
+                        file,
+                        f"{where}.{key}[{j}].{k}",
+                        f"unknown field; accepted fields: {', '.join(_accepted(tp))}",
+                    )
+                    for k in item
+                    if k not in _accepted(tp) and not str(k).startswith("_")
+                )
+    return problems
+
+
+def _drop_private(value: Any) -> Any:
+    """Nested objects may carry ``_`` notes too; they are not part of the spec."""
+    if isinstance(value, list):
+        return [
+            {k: v for k, v in x.items() if not str(k).startswith("_")} if isinstance(x, dict) else x
+            for x in value
+        ]
+    return value
+
+
+def parse_task(raw: Any, file: str, index: int, default_id: str) -> TaskSpec:
+    """Validate one decoded task object; ``SpecError``/``SpecErrors`` name ``task[index]`` and the field."""
+    where = f"task[{index}]"
+    if not isinstance(raw, dict):
+        raise SpecError(file, where, f"expected a task object, got {type(raw).__name__}")
+    private = {k: v for k, v in raw.items() if str(k).startswith("_")}
+    public = {
+        k: _drop_private(v) if k in _NESTED else v for k, v in raw.items() if not str(k).startswith("_")
+    }
+    raise_all(_unknown_fields(public, where, file))
+    try:
+        fields = msgspec.convert(public, _TaskFields)
+    except msgspec.ValidationError as e:
+        raise SpecError(file, *split_validation_error(e, where)) from None
+    if (
+        fields.instruction is not None
+        and fields.question is not None
+        and fields.instruction != fields.question
+    ):
+        raise SpecError(
+            file, f"{where}.question", "both 'instruction' and its alias 'question' are given and differ"
+        )
+    instruction = fields.instruction if fields.instruction is not None else fields.question
+    if not instruction or not instruction.strip():
+        raise SpecError(
+            file, where, "missing 'instruction' (or its alias 'question'): the prompt of the task"
+        )
+    problems = [
+        SpecError(file, f"{where}.evaluators[{j}].func", "empty; use 'raw' for the output as it is")
+        for j, ev in enumerate(fields.evaluators)
+        if not ev.func.strip()
+    ]
+    raise_all(problems)
+    values = msgspec.structs.asdict(fields)
+    del values["question"]
+    values.update(instance_id=fields.instance_id or default_id, instruction=instruction, private=private)
+    return TaskSpec(**values)
+
+
+def parse_tasks(data: Any, file: str) -> list[TaskSpec]:
+    """Validate a decoded task file (one object or a list); every problem is reported."""
+    stem = Path(file).stem
+    items = data if isinstance(data, list) else [data]
+    if isinstance(data, list) and not data:
+        raise SpecError(file, "top level", "empty task list")
+    tasks: list[TaskSpec] = []
+    problems: list[SpecError] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(items):
+        default_id = stem if not isinstance(data, list) else f"{stem}-{i:04d}"
+        try:
+            task = parse_task(raw, file, i, default_id)
+        except SpecError as e:
+            problems.extend(getattr(e, "problems", (e,)))
+            continue
+        if task.instance_id in seen:
+            first = seen[task.instance_id]
+            problems.append(
+                SpecError(
+                    file, f"task[{i}].instance_id", f"duplicate {task.instance_id!r} (first at task[{first}])"
+                )
+            )
+        seen.setdefault(task.instance_id, i)
+        tasks.append(task)
+    raise_all(problems)
+    return tasks
+
+
+def load_tasks(path: str | os.PathLike[str]) -> list[TaskSpec]:
+    """Load a task file; ``SpecError`` (or ``SpecErrors`` listing every problem) if it is malformed."""
+    file = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(file, "file", "no such file") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(file, f"line {e.lineno} column {e.colno}", f"invalid JSON: {e.msg}") from None
+    return parse_tasks(data, file)

@@ -1,0 +1,111 @@
+"""Server registry: MCP-Universe server lists load as they are; templates fill at launch, secrets stay out."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from specs.errors import SpecError, SpecErrors
+from specs.servers import load_server_registry
+
+DATA = Path(__file__).parent / "data" / "specs"
+
+
+def test_an_mcp_universe_server_list_loads_as_it_is() -> None:
+    registry = load_server_registry(DATA / "mcpuniverse_server_list.json")
+    assert registry.names() == sorted(
+        ["weather", "google-search", "filesystem", "notion", "calculator", "markitdown", "remote-docs"]
+    )
+    weather = registry.entry("weather")
+    assert weather.sse is not None and weather.sse.args[-1] == "{{PORT}}"
+    assert registry.entry("markitdown").stdio is not None and registry.entry("markitdown").stdio.args == ()
+    remote = registry.entry("remote-docs")
+    assert remote.http_url == "https://docs.example.com/mcp" and remote.stdio is None
+    assert remote.variables() == ["DOCS_TOKEN"]
+
+
+def test_python_resolves_to_the_running_interpreter() -> None:
+    launch = load_server_registry(DATA / "mcpuniverse_server_list.json").launch("calculator", environ={})
+    assert launch.command == sys.executable
+    assert launch.args == ("-m", "mcp_server_calculator")
+    assert launch.env == {}
+
+
+def test_a_relative_command_path_resolves_against_the_working_directory(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(
+        json.dumps({"s": {"stdio": {"command": ".cache/servers/s/bin/python", "args": ["-m", "s"]}}})
+    )
+    launch = load_server_registry(path).launch("s", environ={})
+    assert launch.command == os.path.abspath(".cache/servers/s/bin/python")
+
+
+def test_templates_fill_from_the_environment_in_env_values_and_args() -> None:
+    registry = load_server_registry(DATA / "mcpuniverse_server_list.json")
+    notion = registry.launch("notion", environ={"NOTION_API_KEY": "sekret-123"})
+    assert json.loads(notion.env["OPENAPI_MCP_HEADERS"])["Authorization"] == "Bearer sekret-123"
+    fs = registry.launch("filesystem", environ={"FILESYSTEM_DIRECTORY": "/data"})  # `{{ VAR }}` Jinja spacing
+    assert fs.args[-1] == "/data"
+
+
+def test_a_filled_secret_never_shows_in_repr() -> None:
+    registry = load_server_registry(DATA / "mcpuniverse_server_list.json")
+    launch = registry.launch("google-search", environ={"SERP_API_KEY": "sekret-123"})
+    assert launch.env == {"SERP_API_KEY": "sekret-123"}
+    assert "sekret-123" not in repr(launch)
+    assert "sekret-123" not in repr(registry) + repr(registry.entry("google-search"))
+
+
+def test_a_missing_variable_names_the_variable_the_server_and_the_file() -> None:
+    path = DATA / "mcpuniverse_server_list.json"
+    with pytest.raises(SpecError) as info:
+        load_server_registry(path).launch("google-search", environ={"OTHER": "x"})
+    err = info.value
+    assert err.file == str(path)
+    assert "SERP_API_KEY" in err.message and "'google-search'" in err.message
+    assert err.where == "server 'google-search'.env.SERP_API_KEY"
+
+
+def test_an_empty_variable_counts_as_missing() -> None:
+    with pytest.raises(SpecError, match="SERP_API_KEY is not set"):
+        load_server_registry(DATA / "mcpuniverse_server_list.json").launch(
+            "google-search", environ={"SERP_API_KEY": ""}
+        )
+
+
+def test_an_unknown_server_lists_the_known_names() -> None:
+    with pytest.raises(SpecError) as info:
+        load_server_registry(DATA / "mcpuniverse_server_list.json").launch("weathr")
+    assert "unknown MCP server" in info.value.message
+    assert "calculator, filesystem, google-search" in info.value.message
+
+
+def test_a_server_without_stdio_cannot_be_launched_and_says_what_it_has() -> None:
+    with pytest.raises(SpecError, match=r"no 'stdio' entry \(has: http_url\)"):
+        load_server_registry(DATA / "mcpuniverse_server_list.json").launch(
+            "remote-docs", environ={"DOCS_TOKEN": "t"}
+        )
+
+
+def test_malformed_entries_are_all_reported(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(
+        json.dumps(
+            {
+                "a": {"stdio": {"command": "x"}, "transport": "stdio"},
+                "b": {"stdio": {"args": ["-m", "b"]}},
+                "c": {"env": {"K": "v"}},
+                "ok": {"stdio": {"command": "ok"}},
+            }
+        )
+    )
+    with pytest.raises(SpecErrors) as info:
+        load_server_registry(path)
+    wheres = [p.where for p in info.value.problems]
+    assert wheres == ["server 'a'.transport", "server 'b'.stdio", "server 'c'"]
+    assert "accepted fields: stdio, sse, http_url, headers, env" in info.value.problems[0].message
+    assert "missing required field `command`" in info.value.problems[1].message

@@ -1,0 +1,143 @@
+"""Task files: MCP-Universe files load as they are; malformed ones are refused with file, index, field."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from specs.errors import SpecError, SpecErrors
+from specs.task import CleanupSpec, EvaluatorSpec, McpServerRef, PrepareSpec, load_tasks
+
+DATA = Path(__file__).parent / "data" / "specs"
+
+
+def _write(tmp_path: Path, data: object, name: str = "tasks.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_an_mcp_universe_benchmark_task_file_loads_as_it_is() -> None:
+    [task] = load_tasks(DATA / "mcpuniverse_task.json")
+    assert task.instance_id == "mcpuniverse_task"  # derived from the file stem: one task per file
+    assert task.instruction.startswith("Which city hosts")  # from the `question` alias
+    assert task.output_format == {"city": "[City name]", "country": "[Country name]"}
+    assert task.use_specified_server is True
+    assert task.mcp_servers == (McpServerRef(name="google-search"), McpServerRef(name="fetch"))
+    assert task.evaluators[0] == EvaluatorSpec(
+        func="json -> get(city)", op="=", value="Lisbon", desc="The city is right."
+    )
+    assert task.evaluators[1].op_args == {"key": "country"}
+    assert task.prepares == (PrepareSpec(prepare_func="seed_calendar", prepare_args={"entries": 3}),)
+    assert task.cleanups == (
+        CleanupSpec(
+            server="github",
+            tool="create_repository",
+            cleanup_func="delete_repository",
+            cleanup_args={"owner": "$owner", "repo": "$name"},
+        ),
+    )
+    assert task.private == {}
+
+
+def test_an_mcp_universe_rl_training_list_loads_and_keeps_private_fields() -> None:
+    tasks = load_tasks(DATA / "mcpuniverse_rl_tasks.json")
+    assert [t.instance_id for t in tasks] == ["synth_0001", "synth_0002"]
+    assert tasks[0].server_names == ("yfinance", "calculator")
+    assert tasks[0].dockerfile_path == "/some/where/Dockerfile.base"
+    assert tasks[0].private["_solution_output"] == {"total value": 11234.5, "total percentage return": 12.35}
+    assert tasks[0].private["_validated"] is True
+    assert tasks[1].evaluators[0].value == ["buy", "sell", "hold"]
+
+
+def test_a_list_without_instance_ids_gets_stable_ids_from_stem_and_index(tmp_path: Path) -> None:
+    path = _write(tmp_path, [{"instruction": "a"}, {"instruction": "b"}], "algebra.json")
+    assert [t.instance_id for t in load_tasks(path)] == ["algebra-0000", "algebra-0001"]
+    assert [t.instance_id for t in load_tasks(path)] == ["algebra-0000", "algebra-0001"]
+
+
+def test_an_unknown_field_is_refused_naming_file_task_index_field_and_accepted_fields(tmp_path: Path) -> None:
+    path = _write(tmp_path, [{"instruction": "a"}, {"instruction": "b", "answer": 42}])
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    err = info.value
+    assert err.file == str(path)
+    assert err.where == "task[1].answer"
+    assert "unknown field" in err.message and "instruction" in err.message and "evaluators" in err.message
+    assert str(err).startswith(f"{path}: task[1].answer: unknown field")
+
+
+def test_an_unknown_field_inside_an_evaluator_names_its_path(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"instruction": "a", "evaluators": [{"func": "raw", "operator": "="}]})
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert info.value.where == "task[0].evaluators[0].operator"
+    assert "accepted fields: func, op, value, op_args, desc" in info.value.message
+
+
+def test_a_wrong_type_names_the_field_and_the_expected_type(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"instruction": "a", "evaluators": [{"func": "raw", "op": 3}]})
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert info.value.where == "task[0].evaluators[0].op"
+    assert "Expected `str`, got `int`" in info.value.message
+
+
+def test_every_problem_of_a_file_is_reported_not_only_the_first(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        [
+            {"instruction": "ok"},
+            {"instruction": "a", "extra": 1},
+            {"mcp_servers": [{"name": "x"}]},
+            {"instruction": "b", "use_specified_server": "yes"},
+        ],
+    )
+    with pytest.raises(SpecErrors) as info:
+        load_tasks(path)
+    assert [p.where for p in info.value.problems] == [
+        "task[1].extra",
+        "task[2]",
+        "task[3].use_specified_server",
+    ]
+    assert "missing 'instruction' (or its alias 'question')" in info.value.problems[1].message
+
+
+def test_instruction_and_a_different_question_are_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"instruction": "a", "question": "b"})
+    with pytest.raises(SpecError, match="differ"):
+        load_tasks(path)
+
+
+def test_duplicate_instance_ids_are_refused(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path, [{"instance_id": "x", "instruction": "a"}, {"instance_id": "x", "instruction": "b"}]
+    )
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert info.value.where == "task[1].instance_id" and "first at task[0]" in info.value.message
+
+
+def test_invalid_json_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text('[{"instruction": "a",}]', encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert info.value.where.startswith("line 1 column") and "invalid JSON" in info.value.message
+
+
+def test_spec_errors_survive_pickling_as_ray_ships_them(tmp_path: Path) -> None:
+    path = _write(tmp_path, [{"instruction": "a", "x": 1}, {"instruction": "b", "y": 2}])
+    with pytest.raises(SpecErrors) as info:
+        load_tasks(path)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert [(p.file, p.where) for p in copy.problems] == [(str(path), "task[0].x"), (str(path), "task[1].y")]
+    single = pickle.loads(pickle.dumps(info.value.problems[0]))
+    assert (single.file, single.where, single.message) == (
+        info.value.problems[0].file,
+        info.value.problems[0].where,
+        info.value.problems[0].message,
+    )
