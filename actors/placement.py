@@ -40,7 +40,7 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
     from actors.env_pool import remote_env_pool
     from actors.evaluator import Evaluator
     from actors.generator import VllmEngine
-    from actors.learner import Learner
+    from actors.learner import remote_learner
     from actors.mcp_gateway import remote_mcp_gateway
     from actors.provisioners.base import make_provisioner
 
@@ -63,7 +63,7 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
         gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
         seed=cfg.seed,
     )
-    learner = remote_class(Learner).remote(
+    learner = remote_learner().remote(
         cfg.model.path, cfg.learner, cfg.algorithm, dtype=cfg.model.dtype, seed=cfg.seed
     )
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None

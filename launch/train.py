@@ -18,6 +18,7 @@ disentangled rewards and gradient surgery. Each plugs in behind an existing seam
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sys
@@ -43,27 +44,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         cfg = load_run_config(args.config, args.overrides)
-    except SpecError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
-    import anyio
+        import anyio
 
-    return anyio.run(train, cfg)
+        return anyio.run(train, cfg)
+    except SpecError as e:  # a malformed config, task file or server list: say where, train nothing
+        print(f"spec error: {e}", file=sys.stderr)
+        return 2
 
 
 class TaskStream:
     """Training tasks in a seeded order, reshuffled each pass; ``position`` counts tasks drawn."""
 
     def __init__(self, tasks: Sequence[Any], seed: int) -> None:
-        self._tasks, self._seed, self.position = list(tasks), seed, 0
+        self.tasks, self._seed, self.position = list(tasks), seed, 0
 
     def take(self, n: int) -> list[Any]:
         out = []
         for _ in range(n):
-            epoch, index = divmod(self.position, len(self._tasks))
-            order = list(range(len(self._tasks)))
+            epoch, index = divmod(self.position, len(self.tasks))
+            order = list(range(len(self.tasks)))
             random.Random(self._seed * 1_000_003 + epoch).shuffle(order)
-            out.append(self._tasks[order[index]])
+            out.append(self.tasks[order[index]])
             self.position += 1
         return out
 
@@ -89,15 +90,21 @@ async def train(cfg: RunConfig) -> int:
     train_tasks = TaskStream(load_tasks(cfg.domain.tasks), cfg.seed)
     eval_tasks = load_tasks(cfg.domain.eval_tasks)[: cfg.train.eval_tasks_limit]
     env_config_for = env_config_resolver(load_server_registry(cfg.domain.servers))
+    for task in [*train_tasks.tasks, *eval_tasks]:
+        env_config_for(task)  # every named server exists and its {{VAR}}s are set: refuse now, not mid-run
+    expert = resolve_import(cfg.domain.expert) if cfg.warmstart.enabled else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     stop_ids = (tokenizer.eos_token_id,)
 
     if not ray.is_initialized():
         ray.init(address=cfg.ray.address, num_cpus=cfg.ray.num_cpus, log_to_driver=True)
-    reporter = Reporter(cfg, run_id)
-    actors = start_actors(cfg, run_id)
-    print(f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}", flush=True)
+    cleanup = contextlib.AsyncExitStack()
     try:
+        reporter = Reporter(cfg, run_id)
+        cleanup.callback(reporter.close)
+        actors = start_actors(cfg, run_id)
+        cleanup.push_async_callback(stop_actors, actors)
+        print(f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}", flush=True)
         await actors.pool.reap_leftovers()
 
         def pipeline(engine_for: Any) -> RolloutPipeline:
@@ -137,7 +144,6 @@ async def train(cfg: RunConfig) -> int:
         results = {"base": await evaluate("base", 0)}
 
         if cfg.warmstart.enabled:
-            expert = resolve_import(cfg.domain.expert)
             started = time.perf_counter()
             demo_groups = await pipeline(lambda task: ScriptedEngine(tokenizer, expert, task)).collect(
                 train_tasks.take(cfg.warmstart.demonstrations), 1, greedy, limits
@@ -167,7 +173,9 @@ async def train(cfg: RunConfig) -> int:
                 complete, std_normalize=cfg.algorithm.std_normalize, eps=cfg.algorithm.eps, keep_zero=cfg.algorithm.kl_coef > 0
             )
             started = time.perf_counter()
-            update = await actors.learner.train_step(samples) if samples else {}
+            update: dict[str, float] = {}
+            for _ in range(cfg.learner.epochs_per_step if samples else 0):
+                update = await actors.learner.train_step(samples)
             update_s = time.perf_counter() - started
             started = time.perf_counter()
             if samples:
@@ -201,8 +209,7 @@ async def train(cfg: RunConfig) -> int:
         print(_summary_line(results), flush=True)
         return 0
     finally:
-        await stop_actors(actors)
-        reporter.close()
+        await cleanup.aclose()
         ray.shutdown()
 
 

@@ -1,0 +1,374 @@
+"""The Learner: a HF causal LM on a DeepSpeed engine, trained with GRPO or a supervised warm start.
+
+Contract (what the driver and the Generator rely on):
+
+- ``Learner(model_path, cfg, algo, dtype=..., seed=...)`` loads the model directory in ``dtype``.
+- ``train_step(samples)`` and ``sft_step(samples)`` each apply exactly ONE optimizer update and
+  increment ``version``. The step's samples are cut into micro-batches of ``cfg.micro_batch_size``
+  right-padded sequences; every micro-batch's loss is a token *sum* scaled by 1 / (trainable
+  tokens of the whole step), so the accumulated gradient is the token-mean over the step whatever
+  the micro-batch size (DeepSpeed runs with ``managed_gradient_accumulation=false``: backward only
+  accumulates, ``step()`` is the boundary, clipping included).
+- GRPO loss: PPO-clip of the current policy against the samples' *rollout* logprobs (the policy
+  that sampled them), the sequence advantage broadcast over its trainable tokens, plus
+  ``kl_coef * k3`` to a frozen reference copy when ``kl_coef > 0`` (no reference is built otherwise).
+- ``export_weights(path)`` writes a safetensors file for vLLM with ``lm_head.weight`` present as its
+  own tensor even when tied (MACHINE_NOTES, "tied embeddings trap").
+
+Not here: ``cfg.epochs_per_step`` (the driver calls ``train_step`` that many times on one batch,
+the PPO ratio then measures the drift from the rollout policy), learning-rate schedules, gradient
+surgery, and multi-rank data parallelism (one process, world size 1; ZeRO stages still apply).
+Heavy imports (torch, transformers, deepspeed, ray) happen inside methods so that importing this
+module, and the launcher's ``--help``, stays instant.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from policies.types import TrainSample
+from specs.errors import MCPRLError
+
+if TYPE_CHECKING:
+    import torch
+
+    from specs.config import GrpoConfig, LearnerConfig
+
+_DTYPES = ("float32", "bfloat16")
+# Files of a model directory that are weights; everything else (tokenizer, chat template,
+# generation config) is copied next to the HF export of a checkpoint so it loads on its own.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf", ".index.json")
+
+
+class LearnerError(MCPRLError):
+    """A batch, dtype or checkpoint the learner cannot use."""
+
+
+def _ensure_single_process_dist_env() -> None:
+    """Fill in the torch.distributed rendezvous variables for a world of one, keeping any already set."""
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(key, value)
+
+
+def _chunks(items: Sequence[TrainSample], size: int) -> Iterator[Sequence[TrainSample]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class Learner:
+    """Owns the policy weights and the optimizer; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        model_path: str,
+        cfg: LearnerConfig,
+        algo: GrpoConfig,
+        *,
+        dtype: str = "float32",
+        seed: int = 0,
+    ) -> None:
+        import copy
+
+        import deepspeed
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if dtype not in _DTYPES:
+            raise LearnerError(f"Learner: dtype {dtype!r} for {model_path}; expected one of {_DTYPES}")
+        self.cfg, self.algo, self.model_path, self.dtype = cfg, algo, model_path, dtype
+        self._version = 0
+        torch.manual_seed(seed)
+        torch_dtype = getattr(torch, dtype)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype)
+        model.config.use_cache = False
+        self.max_seq_len: int | None = getattr(model.config, "max_position_embeddings", None)
+        self.vocab_size = int(model.config.vocab_size)
+        if cfg.gradient_checkpointing:
+            # Non-reentrant checkpointing needs no requires_grad on the inputs and works under ZeRO.
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._ref: Any = None
+        if algo.kl_coef > 0:
+            self._ref = copy.deepcopy(model).eval().requires_grad_(False)
+
+        _ensure_single_process_dist_env()
+        deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
+        # A plain torch AdamW: DeepSpeed's fused/CPU Adam ops need a compiler toolchain or a GPU.
+        self._optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), weight_decay=cfg.weight_decay
+        )
+        ds_config = {
+            "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+            "gradient_accumulation_steps": 1,
+            "managed_gradient_accumulation": False,
+            "gradient_clipping": cfg.grad_clip,
+            "zero_optimization": {"stage": cfg.zero_stage},
+            "bf16": {"enabled": dtype == "bfloat16"},
+            "steps_per_print": 2**31 - 1,
+        }
+        self._engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self._optimizer, config=ds_config)
+        if self._ref is not None:
+            self._ref.to(self._engine.device)
+
+    @property
+    def version(self) -> int:
+        """Number of optimizer updates applied since the base model (restored by ``load_checkpoint``)."""
+        return self._version
+
+    def get_version(self) -> int:
+        """``version`` as a method, for callers that reach the learner through a Ray actor handle."""
+        return self._version
+
+    # -- batching ---------------------------------------------------------------------------------
+
+    def _validate(self, samples: Sequence[TrainSample], where: str, *, scored: bool = True) -> None:
+        """Refuse, naming the sample, what cannot be batched (or, when ``scored``, trained on)."""
+        for i, s in enumerate(samples):
+            n = len(s.token_ids)
+            if n == 0 or len(s.trainable) != n or len(s.logprobs) != n:
+                raise LearnerError(
+                    f"{where}: sample {i} has {n} token ids, {len(s.trainable)} trainable flags and "
+                    f"{len(s.logprobs)} logprobs; expected equal non-zero lengths"
+                )
+            if self.max_seq_len is not None and n > self.max_seq_len:
+                raise LearnerError(
+                    f"{where}: sample {i} is {n} tokens long; the model {self.model_path} takes at most "
+                    f"{self.max_seq_len} (max_position_embeddings)"
+                )
+            if self.vocab_size and not 0 <= min(s.token_ids) <= max(s.token_ids) < self.vocab_size:
+                raise LearnerError(
+                    f"{where}: sample {i} has token ids outside [0, {self.vocab_size}), the vocabulary of "
+                    f"{self.model_path}"
+                )
+            if scored and s.trainable[0]:
+                raise LearnerError(
+                    f"{where}: sample {i} marks token 0 trainable; the first token has no prefix to score it"
+                )
+
+    def _collate(self, samples: Sequence[TrainSample]) -> dict[str, torch.Tensor]:
+        """Right-pad to the longest sequence; pads are masked out of attention and of the loss."""
+        import torch
+
+        width = max(len(s.token_ids) for s in samples)
+        ids = torch.zeros(len(samples), width, dtype=torch.long)
+        attn = torch.zeros(len(samples), width, dtype=torch.long)
+        mask = torch.zeros(len(samples), width, dtype=torch.float32)
+        old = torch.zeros(len(samples), width, dtype=torch.float32)
+        for row, s in enumerate(samples):
+            n = len(s.token_ids)
+            ids[row, :n] = torch.tensor(s.token_ids)
+            attn[row, :n] = 1
+            mask[row, :n] = torch.tensor(s.trainable, dtype=torch.float32)
+            old[row, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
+        adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+        device = self._engine.device
+        return {k: v.to(device) for k, v in dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv).items()}
+
+    def _logprobs(self, model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        from policies.losses import token_logprobs
+
+        logits = model(input_ids=batch["ids"], attention_mask=batch["attn"], use_cache=False).logits
+        return token_logprobs(logits, batch["ids"])
+
+    # -- updates ----------------------------------------------------------------------------------
+
+    def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
+        """One GRPO update on ``samples`` (PPO-clip vs rollout logprobs, token-mean, optional k3 KL)."""
+        import torch
+
+        from policies.losses import k3_kl, masked_mean, ppo_clip_loss
+
+        algo = self.algo
+
+        def micro_loss(batch: dict[str, torch.Tensor], total: float) -> tuple[torch.Tensor, dict[str, float]]:
+            lp, mask = self._logprobs(self._engine, batch), batch["mask"]
+            pg, stats = ppo_clip_loss(
+                lp, batch["old"], batch["adv"], mask, algo.clip_low, algo.clip_high, denominator=total
+            )
+            loss, kl = pg, 0.0
+            with torch.no_grad():
+                if self._ref is not None:
+                    ref_lp = self._logprobs(self._ref, batch)
+                # k3 of the rollout policy against the current one: train/inference mismatch + drift.
+                rollout_kl = float(masked_mean(k3_kl(lp, batch["old"]), mask, denominator=total))
+            if self._ref is not None:
+                kl_term = masked_mean(k3_kl(lp, ref_lp), mask, denominator=total)
+                loss, kl = pg + algo.kl_coef * kl_term, float(kl_term.detach())
+            weight = stats["tokens"] / total
+            return loss, {
+                "loss": float(loss.detach()),
+                "pg_loss": float(pg.detach()),
+                "kl": kl,
+                "rollout_kl": rollout_kl,
+                "clip_frac": stats["clip_frac"] * weight,
+                "ratio_mean": stats["ratio_mean"] * weight,
+                "ratio_max": stats["ratio_max"],
+            }
+
+        return self._update(samples, "train_step", micro_loss)
+
+    def sft_step(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]:
+        """One supervised update: mean NLL of the trainable tokens; ``lr`` overrides the RL lr for this step."""
+
+        from policies.losses import sft_loss
+
+        def micro_loss(batch: dict[str, torch.Tensor], total: float) -> tuple[torch.Tensor, dict[str, float]]:
+            loss = sft_loss(self._logprobs(self._engine, batch), batch["mask"], denominator=total)
+            return loss, {"loss": float(loss.detach())}
+
+        groups = self._optimizer.param_groups
+        saved = [g["lr"] for g in groups]
+        try:
+            for g in groups:
+                g["lr"] = saved[0] if lr is None else lr
+            metrics = self._update(samples, "sft_step", micro_loss)
+        finally:
+            for g, value in zip(groups, saved, strict=True):
+                g["lr"] = value
+        return metrics | {"lr": saved[0] if lr is None else lr}
+
+    def _update(
+        self,
+        samples: Sequence[TrainSample],
+        where: str,
+        micro_loss: Callable[[dict[str, torch.Tensor], float], tuple[torch.Tensor, dict[str, float]]],
+    ) -> dict[str, float]:
+        """Accumulate ``micro_loss`` over the micro-batches, then the step's single optimizer update.
+
+        ``micro_loss(batch, total)`` returns the micro-batch loss (already divided by the step's
+        trainable-token count ``total``) and metrics that add up over micro-batches (``*_max`` ones
+        take the maximum).
+        """
+        start = time.perf_counter()
+        self._validate(samples, where)
+        active = [s for s in samples if any(s.trainable)]
+        if not active:
+            raise LearnerError(
+                f"{where}: none of the {len(samples)} samples has a trainable token; nothing to train"
+            )
+        total = float(sum(sum(s.trainable) for s in active))
+        sums: dict[str, float] = {}
+        self._engine.train()
+        try:
+            for chunk in _chunks(active, self.cfg.micro_batch_size):
+                loss, parts = micro_loss(self._collate(chunk), total)
+                self._engine.backward(loss, scale_wrt_gas=False)
+                for key, value in parts.items():
+                    combine = max if key.endswith("_max") else operator.add
+                    sums[key] = combine(sums[key], value) if key in sums else value
+        except BaseException:
+            # A failed micro-batch must not leave half a step's gradients for the next step.
+            self._engine.optimizer.zero_grad()
+            raise
+        sums["grad_norm"] = self._optimizer_step()
+        seconds = time.perf_counter() - start
+        tokens = float(sum(len(s.token_ids) for s in active))
+        return sums | {
+            "tokens": tokens,
+            "trainable_tokens": total,
+            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+            "seconds": seconds,
+            "samples": float(len(active)),
+            "skipped": float(len(samples) - len(active)),
+        }
+
+    def _optimizer_step(self) -> float:
+        """The step's single optimizer update (DeepSpeed clips first); returns the pre-clip grad norm."""
+        import torch
+
+        grads = [p.grad for p in self._engine.module.parameters() if p.grad is not None]
+        local = float(torch.nn.utils.get_total_norm(grads)) if grads else float("nan")
+        self._engine.step()
+        self._version += 1
+        # ZeRO and the bf16 optimizer compute the norm themselves (grads are not in .grad there).
+        reported = self._engine.get_global_grad_norm()
+        return float(reported) if reported is not None else local
+
+    # -- inspection -------------------------------------------------------------------------------
+
+    def sequence_logprobs(self, samples: list[TrainSample]) -> list[list[float]]:
+        """Current-policy logprob of every token given its prefix (position 0 gets 0.0); no gradient."""
+        import torch
+
+        self._validate(samples, "sequence_logprobs", scored=False)
+        out: list[list[float]] = []
+        self._engine.eval()
+        with torch.no_grad():
+            for chunk in _chunks(samples, self.cfg.micro_batch_size):
+                lp = self._logprobs(self._engine, self._collate(chunk)).cpu()
+                out.extend(lp[row, : len(s.token_ids)].tolist() for row, s in enumerate(chunk))
+        self._engine.train()
+        return out
+
+    # -- weights out ------------------------------------------------------------------------------
+
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every weight as its own contiguous CPU tensor in the model dtype, ``lm_head.weight`` included."""
+        import contextlib
+
+        import deepspeed
+
+        module = self._engine.module
+        gather: Any = contextlib.nullcontext()
+        if self.cfg.zero_stage == 3:
+            gather = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+        with gather:
+            # copy=True: tied tensors become independent copies (safetensors refuses shared storage).
+            state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in module.state_dict().items()}
+            head = module.get_output_embeddings()
+            if "lm_head.weight" not in state and head is not None:
+                state["lm_head.weight"] = head.weight.detach().to("cpu", copy=True).contiguous()
+        return state
+
+    def export_weights(self, path: str) -> str:
+        """Write the full state dict as safetensors at ``path`` (atomically, via a rename); returns ``path``."""
+        from safetensors.torch import save_file
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        save_file(self._full_state_dict(), tmp, metadata={"format": "pt", "version": str(self._version)})
+        os.replace(tmp, path)
+        return path
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def save_checkpoint(self, dir: str) -> None:
+        """DeepSpeed checkpoint (weights, optimizer, version) in ``dir``, plus a loadable HF model in ``dir/hf``."""
+        self._engine.save_checkpoint(
+            dir, tag=f"version{self._version}", client_state={"version": self._version}
+        )
+        hf_dir = os.path.join(dir, "hf")
+        self._engine.module.save_pretrained(hf_dir, state_dict=self._full_state_dict())
+        for name in os.listdir(self.model_path):
+            src = os.path.join(self.model_path, name)
+            if os.path.isfile(src) and name != "config.json" and not name.endswith(_WEIGHT_SUFFIXES):
+                shutil.copy2(src, os.path.join(hf_dir, name))
+
+    def load_checkpoint(self, dir: str) -> None:
+        """Restore weights, optimizer state and ``version`` from the latest DeepSpeed checkpoint in ``dir``."""
+        load_path, client_state = self._engine.load_checkpoint(dir)
+        if load_path is None:
+            raise LearnerError(
+                f"load_checkpoint: no DeepSpeed checkpoint in {dir} (expected a 'latest' file)"
+            )
+        if not client_state or "version" not in client_state:
+            raise LearnerError(
+                f"load_checkpoint: checkpoint {load_path} has no 'version' in its client state"
+            )
+        self._version = int(client_state["version"])
+
+
+def remote_learner(**ray_options: Any) -> Any:
+    """The Ray actor class for ``Learner`` (created lazily so importing this module never imports ray)."""
+    from actors.remote import remote_class
+
+    return remote_class(Learner, **ray_options)

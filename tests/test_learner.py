@@ -1,0 +1,270 @@
+"""The Learner on a real DeepSpeed engine (CPU, ZeRO-0, gloo) with a tiny random Llama.
+
+The model is random but real: a tied-embedding LlamaForCausalLM saved as an HF directory, so these
+tests exercise the same loading, batching, optimizer, export and checkpoint code as a real run.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from actors.learner import Learner, LearnerError
+from policies.types import TrainSample
+from specs.config import GrpoConfig, LearnerConfig
+
+VOCAB = 512
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+    (path / "chat_template.jinja").write_text("{{ messages }}")  # stands in for tokenizer files
+    return str(path)
+
+
+def _learner(model_dir: str, *, kl_coef: float = 0.0, **cfg: object) -> Learner:
+    defaults: dict[str, object] = {"lr": 1e-2, "micro_batch_size": 4, "grad_clip": 1000.0}
+    return Learner(model_dir, LearnerConfig(**(defaults | cfg)), GrpoConfig(kl_coef=kl_coef))  # type: ignore[arg-type]
+
+
+def _sample(seed: int, length: int, prompt: int = 3, advantage: float = 1.0) -> TrainSample:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (length,), generator=g).tolist()
+    trainable = [0] * prompt + [1] * (length - prompt)
+    logprobs = [0.0] * prompt + [-6.2] * (length - prompt)  # about log(1/512): a near-uniform policy
+    return TrainSample(token_ids=ids, trainable=trainable, logprobs=logprobs, advantage=advantage)
+
+
+def _batch() -> list[TrainSample]:
+    return [_sample(i, 6 + 3 * i, advantage=(1.0, -1.0, 0.5, -0.5, 2.0)[i]) for i in range(5)]
+
+
+def _weights(learner: Learner) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in learner._engine.module.state_dict().items()}
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def _mean_nll(learner: Learner, sample: TrainSample) -> float:
+    lp = learner.sequence_logprobs([sample])[0]
+    picked = [-x for x, t in zip(lp, sample.trainable, strict=True) if t]
+    return sum(picked) / len(picked)
+
+
+def test_train_step_changes_the_weights_and_increments_the_version(model_dir: str) -> None:
+    learner = _learner(model_dir)
+    before = _weights(learner)
+    assert learner.version == 0
+    metrics = learner.train_step(_batch())
+    assert learner.version == 1
+    assert _max_diff(before, _weights(learner)) > 1e-3
+    expected = {
+        "loss",
+        "pg_loss",
+        "kl",
+        "clip_frac",
+        "ratio_mean",
+        "grad_norm",
+        "tokens",
+        "tokens_per_s",
+        "seconds",
+    }
+    assert expected <= metrics.keys()
+    assert metrics["tokens"] == sum(len(s.token_ids) for s in _batch())
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_train_step_applies_exactly_one_optimizer_update_across_micro_batches(model_dir: str) -> None:
+    learner = _learner(model_dir, micro_batch_size=2)  # 5 samples -> 3 micro-batches
+    learner.train_step(_batch())
+    steps = {int(state["step"]) for state in learner._optimizer.state.values()}
+    assert steps == {1}
+
+
+def test_micro_batch_size_does_not_change_the_loss_gradient_or_update(model_dir: str) -> None:
+    results = []
+    for micro in (1, 4):
+        learner = _learner(model_dir, micro_batch_size=micro)
+        results.append((learner.train_step(_batch()), _weights(learner)))
+    (m1, w1), (m4, w4) = results
+    assert m1["loss"] == pytest.approx(m4["loss"], rel=1e-5)
+    # The pre-clip gradient norm would differ if each micro-batch were averaged on its own.
+    assert m1["grad_norm"] == pytest.approx(m4["grad_norm"], rel=1e-4)
+    assert m1["clip_frac"] == pytest.approx(m4["clip_frac"])
+    assert _max_diff(w1, w4) < 1e-4
+
+
+def test_a_batch_with_zero_advantages_leaves_the_weights_unchanged(model_dir: str) -> None:
+    learner = _learner(model_dir, weight_decay=0.0)
+    before = _weights(learner)
+    batch = [_sample(i, 8, advantage=0.0) for i in range(3)]
+    metrics = learner.train_step(batch)
+    assert metrics["grad_norm"] == 0.0
+    assert learner.version == 1
+    assert _max_diff(before, _weights(learner)) == 0.0
+
+
+def test_samples_without_trainable_tokens_are_skipped_and_counted(model_dir: str) -> None:
+    learner = _learner(model_dir)
+    prompt_only = TrainSample(token_ids=[5, 6, 7], trainable=[0, 0, 0], logprobs=[0.0] * 3, advantage=1.0)
+    metrics = learner.train_step([_sample(0, 8), prompt_only])
+    assert metrics["skipped"] == 1.0 and metrics["samples"] == 1.0
+    with pytest.raises(LearnerError, match="none of the 1 samples has a trainable token"):
+        learner.train_step([prompt_only])
+
+
+def test_a_sequence_longer_than_the_model_takes_is_refused_naming_the_sample(model_dir: str) -> None:
+    learner = _learner(model_dir)
+    with pytest.raises(LearnerError, match="sample 1 is 129 tokens long.*at most 128"):
+        learner.train_step([_sample(0, 8), _sample(1, 129)])
+    assert learner.version == 0
+
+
+def test_a_trainable_first_token_is_refused(model_dir: str) -> None:
+    learner = _learner(model_dir)
+    with pytest.raises(LearnerError, match="sample 0 marks token 0 trainable"):
+        learner.train_step([_sample(0, 8, prompt=0)])
+
+
+def test_sequence_logprobs_match_a_plain_transformers_forward(model_dir: str) -> None:
+    learner = _learner(model_dir)
+    samples = [_sample(0, 5), _sample(1, 9)]
+    got = learner.sequence_logprobs(samples)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    for sample, lps in zip(samples, got, strict=True):
+        ids = torch.tensor([sample.token_ids])
+        ref = torch.log_softmax(model(input_ids=ids).logits[0], dim=-1)
+        expected = [0.0] + [ref[t - 1, ids[0, t]].item() for t in range(1, ids.shape[1])]
+        assert lps == pytest.approx(expected, abs=1e-5)
+
+
+def test_kl_penalty_is_zero_at_first_and_positive_once_the_policy_moved(model_dir: str) -> None:
+    learner = _learner(model_dir, kl_coef=0.5)
+    first = learner.train_step(_batch())
+    second = learner.train_step(_batch())
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)
+    assert second["kl"] > 0.0
+    assert second["loss"] == pytest.approx(second["pg_loss"] + 0.5 * second["kl"])
+    assert _learner(model_dir)._ref is None  # no reference copy without a KL term
+
+
+def test_export_weights_writes_an_untied_lm_head_equal_to_the_embeddings(
+    model_dir: str, tmp_path: Path
+) -> None:
+    learner = _learner(model_dir)
+    learner.train_step(_batch())
+    path = learner.export_weights(str(tmp_path / "w" / "policy.safetensors"))
+    weights = load_file(path)
+    assert torch.equal(weights["lm_head.weight"], weights["model.embed_tokens.weight"])
+    assert weights["lm_head.weight"].data_ptr() != weights["model.embed_tokens.weight"].data_ptr()
+    assert all(t.dtype == torch.float32 and t.is_contiguous() for t in weights.values())
+    assert _max_diff(_weights(learner), weights) == 0.0
+
+
+def test_sft_step_lowers_the_nll_of_a_demonstration(model_dir: str) -> None:
+    learner = _learner(model_dir, lr=1e-6, gradient_checkpointing=True)
+    demo = _sample(7, 24, prompt=8)
+    before = _mean_nll(learner, demo)
+    for _ in range(5):
+        metrics = learner.sft_step([demo], lr=1e-2)
+    assert metrics["lr"] == 1e-2
+    assert _mean_nll(learner, demo) < before - 1.0
+    assert learner.version == 5
+    assert {g["lr"] for g in learner._optimizer.param_groups} == {1e-6}  # the RL lr is back
+
+
+def test_checkpoint_round_trip_restores_version_weights_and_optimizer(model_dir: str, tmp_path: Path) -> None:
+    learner = _learner(model_dir)
+    learner.train_step(_batch())
+    saved = _weights(learner)
+    learner.save_checkpoint(str(tmp_path / "ckpt"))
+    learner.train_step(_batch())
+    assert _max_diff(saved, _weights(learner)) > 1e-3
+
+    fresh = _learner(model_dir)
+    fresh.load_checkpoint(str(tmp_path / "ckpt"))
+    assert fresh.version == 1
+    assert _max_diff(saved, _weights(fresh)) == 0.0
+    assert {int(s["step"]) for s in fresh._optimizer.state.values()} == {1}
+
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt" / "hf"), dtype=torch.float32)
+    assert _max_diff(saved, hf.state_dict()) == 0.0
+    assert (tmp_path / "ckpt" / "hf" / "chat_template.jinja").exists()
+
+
+def test_loading_from_a_directory_without_a_checkpoint_is_an_error(model_dir: str, tmp_path: Path) -> None:
+    learner = _learner(model_dir)
+    with pytest.raises(LearnerError, match="no DeepSpeed checkpoint in"):
+        learner.load_checkpoint(str(tmp_path))
+
+
+def test_an_unknown_dtype_is_refused(model_dir: str) -> None:
+    with pytest.raises(LearnerError, match="dtype 'float16'"):
+        Learner(model_dir, LearnerConfig(), GrpoConfig(), dtype="float16")
+
+
+def test_importing_the_learner_module_does_not_import_deepspeed_or_ray() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, actors.learner; print('deepspeed' in sys.modules or 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_remote_learner_wraps_the_plain_class_as_a_ray_actor_with_or_without_options() -> None:
+    from actors.learner import remote_learner
+
+    for actor_class in (remote_learner(), remote_learner(num_cpus=1)):
+        assert callable(actor_class.remote)
+        assert actor_class.__ray_metadata__.modified_class.__name__ == "Learner"
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_naming_the_sample(model_dir: str) -> None:
+    learner = _learner(model_dir)
+    bad = TrainSample(token_ids=[1, VOCAB], trainable=[0, 1], logprobs=[0.0, -1.0])
+    with pytest.raises(LearnerError, match=rf"sample 1 has token ids outside \[0, {VOCAB}\)"):
+        learner.train_step([_sample(0, 8), bad])
+
+
+def test_a_step_that_fails_midway_leaves_no_gradient_behind(
+    model_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = _learner(model_dir, micro_batch_size=1)
+    collate = broken._collate
+    calls = iter(range(100))
+
+    def fail_on_third_micro_batch(chunk: list[TrainSample]) -> dict[str, torch.Tensor]:
+        if next(calls) == 2:
+            raise RuntimeError("simulated failure in micro-batch 2")
+        return collate(chunk)
+
+    monkeypatch.setattr(broken, "_collate", fail_on_third_micro_batch)
+    with pytest.raises(RuntimeError, match="simulated"):
+        broken.train_step(_batch())
+    monkeypatch.undo()
+    assert broken.version == 0
+    clean = _learner(model_dir, micro_batch_size=1)
+    assert broken.train_step(_batch())["grad_norm"] == pytest.approx(
+        clean.train_step(_batch())["grad_norm"], rel=1e-5
+    )

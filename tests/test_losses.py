@@ -1,0 +1,142 @@
+"""Pins the loss formulas: the logprob shift, PPO-clip, token-mean, k3 KL and the SFT NLL."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policies.losses import k3_kl, masked_mean, ppo_clip_loss, sft_loss, token_logprobs
+
+
+def test_token_logprobs_score_token_t_with_the_logits_at_t_minus_one() -> None:
+    probs = torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.2, 0.7], [1 / 3, 1 / 3, 1 / 3]]])
+    logits = probs.log() + 3.0  # a constant offset must not matter (softmax is shift-invariant)
+    ids = torch.tensor([[2, 1, 2]])
+    out = token_logprobs(logits, ids)
+    assert out.shape == (1, 3)
+    assert out[0].tolist() == pytest.approx([0.0, math.log(0.25), math.log(0.7)], abs=1e-6)
+
+
+def test_token_logprobs_ignore_the_logits_at_the_last_position() -> None:
+    logits = torch.randn(2, 4, 7)
+    ids = torch.randint(0, 7, (2, 4))
+    changed = logits.clone()
+    changed[:, -1] = torch.randn(2, 7) * 10
+    assert torch.equal(token_logprobs(logits, ids), token_logprobs(changed, ids))
+
+
+def test_token_logprobs_match_a_log_softmax_reference() -> None:
+    logits = torch.randn(3, 5, 11)
+    ids = torch.randint(0, 11, (3, 5))
+    ref = torch.log_softmax(logits, dim=-1)
+    out = token_logprobs(logits, ids)
+    for b in range(3):
+        for t in range(1, 5):
+            assert out[b, t].item() == pytest.approx(ref[b, t - 1, ids[b, t]].item(), abs=1e-5)
+
+
+def test_token_logprobs_refuse_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match=r"\[B, T, V\]"):
+        token_logprobs(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+
+
+def _clip_case(ratio: float, advantage: float) -> tuple[float, float, dict[str, float]]:
+    lp = torch.tensor([[0.0, math.log(ratio)]], requires_grad=True)
+    old = torch.zeros(1, 2)
+    mask = torch.tensor([[0, 1]])
+    loss, stats = ppo_clip_loss(lp, old, torch.tensor([advantage]), mask, clip_low=0.2, clip_high=0.28)
+    loss.backward()
+    assert lp.grad is not None
+    return loss.item(), lp.grad[0, 1].item(), stats
+
+
+def test_ppo_clip_with_ratio_above_the_clip_and_positive_advantage_is_clipped_with_zero_gradient() -> None:
+    loss, grad, stats = _clip_case(1.5, 2.0)
+    assert loss == pytest.approx(-1.28 * 2.0)
+    assert grad == 0.0
+    assert stats["clip_frac"] == 1.0 and stats["clip_high_frac"] == 1.0
+
+
+def test_ppo_clip_with_ratio_below_the_clip_and_negative_advantage_is_clipped_with_zero_gradient() -> None:
+    loss, grad, stats = _clip_case(0.5, -1.0)
+    assert loss == pytest.approx(0.8)
+    assert grad == 0.0
+    assert stats["clip_frac"] == 1.0 and stats["clip_low_frac"] == 1.0
+
+
+def test_ppo_clip_keeps_the_unclipped_term_when_it_is_the_pessimistic_one() -> None:
+    # ratio 1.5 with a negative advantage: min(1.5 * -1, 1.28 * -1) = -1.5, gradient -A * r = 1.5.
+    loss, grad, stats = _clip_case(1.5, -1.0)
+    assert loss == pytest.approx(1.5)
+    assert grad == pytest.approx(1.5)
+    assert stats["clip_frac"] == 0.0
+
+
+def test_ppo_clip_inside_the_trust_region_is_the_plain_ratio_objective() -> None:
+    loss, grad, stats = _clip_case(1.1, 1.0)
+    assert loss == pytest.approx(-1.1)
+    assert grad == pytest.approx(-1.1)
+    assert stats["ratio_mean"] == pytest.approx(1.1)
+    assert stats["tokens"] == 1.0
+
+
+def test_ppo_clip_token_mean_weights_tokens_not_sequences() -> None:
+    # Sequence 0 has three trainable tokens at advantage 1, sequence 1 one token at advantage 0.
+    lp = torch.zeros(2, 4)
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 0, 0]])
+    loss, _ = ppo_clip_loss(lp, lp, torch.tensor([1.0, 0.0]), mask, 0.2, 0.2)
+    assert loss.item() == pytest.approx(-0.75)  # a sequence-mean would give -0.5
+
+
+def test_ppo_clip_micro_batch_losses_with_the_batch_denominator_sum_to_the_batch_loss() -> None:
+    torch.manual_seed(0)
+    lp, old = torch.randn(4, 6) * 0.3, torch.randn(4, 6) * 0.3
+    adv = torch.randn(4)
+    mask = (torch.rand(4, 6) > 0.4).long()
+    mask[:, 0] = 0
+    full, _ = ppo_clip_loss(lp, old, adv, mask, 0.2, 0.28)
+    n = float(mask.sum())
+    parts = [
+        ppo_clip_loss(
+            lp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1], 0.2, 0.28, denominator=n
+        )[0]
+        for i in range(4)
+    ]
+    assert sum(p.item() for p in parts) == pytest.approx(full.item(), abs=1e-6)
+
+
+def test_ppo_clip_ignores_garbage_at_masked_positions() -> None:
+    lp = torch.tensor([[float("nan"), 0.0, 50.0]])
+    old = torch.tensor([[0.0, 0.0, -50.0]])  # exp(100) would overflow float32
+    loss, stats = ppo_clip_loss(lp, old, torch.tensor([1.0]), torch.tensor([[0, 1, 0]]), 0.2, 0.2)
+    assert loss.item() == pytest.approx(-1.0)
+    assert stats["ratio_max"] == pytest.approx(1.0)
+
+
+def test_k3_is_nonnegative_and_zero_where_the_policies_agree() -> None:
+    torch.manual_seed(0)
+    lp, ref = torch.randn(8, 16), torch.randn(8, 16)
+    assert bool((k3_kl(lp, ref) >= 0).all())
+    assert torch.equal(k3_kl(lp, lp), torch.zeros_like(lp))
+
+
+def test_k3_matches_its_formula_on_a_worked_example() -> None:
+    # d = ref - lp = ln 2: exp(d) - d - 1 = 1 - ln 2
+    out = k3_kl(torch.tensor([[0.0]]), torch.tensor([[math.log(2.0)]]))
+    assert out.item() == pytest.approx(1.0 - math.log(2.0))
+
+
+def test_masked_mean_of_an_empty_mask_is_zero_not_nan() -> None:
+    x = torch.ones(2, 3, requires_grad=True)
+    out = masked_mean(x, torch.zeros(2, 3))
+    assert out.item() == 0.0
+    out.backward()  # still part of the graph
+
+
+def test_sft_loss_is_the_mean_nll_over_trainable_tokens() -> None:
+    lp = torch.tensor([[0.0, -1.0, -2.0], [0.0, -3.0, -9.0]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 0]])
+    assert sft_loss(lp, mask).item() == pytest.approx(2.0)
+    assert sft_loss(lp, mask, denominator=6.0).item() == pytest.approx(1.0)
