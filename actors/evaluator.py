@@ -32,11 +32,15 @@ class Evaluator:
         verdicts: list[dict[str, Any]] = []
         for index, spec in enumerate(task.evaluators):
             outcome = await self._one(task, trajectory, env, spec, index)
-            verdicts.append({"func": spec.func, "op": spec.op, "passed": outcome.passed, "reason": outcome.reason})
+            verdicts.append(
+                {"func": spec.func, "op": spec.op, "passed": outcome.passed, "reason": outcome.reason}
+            )
         passed = all(v["passed"] for v in verdicts)
         return (1.0 if passed else 0.0), {"evaluators": verdicts}
 
-    async def _one(self, task: Any, trajectory: Trajectory, env: EnvInfo, spec: Any, index: int) -> EvalOutcome:
+    async def _one(
+        self, task: Any, trajectory: Trajectory, env: EnvInfo, spec: Any, index: int
+    ) -> EvalOutcome:
         where = f"task {task.instance_id} evaluator[{index}] ({spec.func!r} {spec.op!r})"
         try:
             if is_generic_op(spec.op):
@@ -53,5 +57,7 @@ class Evaluator:
         except Exception as e:  # a domain evaluator crashed: drop the trajectory, say which and why
             raise EvaluatorError(f"{where} raised {type(e).__name__}: {e}") from e
         if not isinstance(outcome, EvalOutcome):
-            raise EvaluatorError(f"{where} returned {type(outcome).__name__}; expected rewards.ops.EvalOutcome")
+            raise EvaluatorError(
+                f"{where} returned {type(outcome).__name__}; expected rewards.ops.EvalOutcome"
+            )
         return outcome

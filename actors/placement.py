@@ -63,7 +63,10 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
         gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
         seed=cfg.seed,
     )
-    learner = remote_learner().remote(
+    # Ray gives a zero-CPU actor OMP_NUM_THREADS=1; the colocated learner owns the node's cores
+    # while it trains (generation is idle then), so it gets them all.
+    threads = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+    learner = remote_learner(runtime_env={"env_vars": threads}).remote(
         cfg.model.path, cfg.learner, cfg.algorithm, dtype=cfg.model.dtype, seed=cfg.seed
     )
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None

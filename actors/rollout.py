@@ -89,10 +89,20 @@ class RolloutPipeline:
         self.metrics = StageMetrics()
 
     async def collect(
-        self, tasks: Sequence[Any], group_size: int, sampling: SamplingConfig, limits: EpisodeLimits
+        self,
+        tasks: Sequence[Any],
+        group_size: int,
+        sampling: SamplingConfig,
+        limits: EpisodeLimits,
+        on_group: Callable[[Group], None] | None = None,
     ) -> list[Group]:
         """Every group of this batch (dropped ones included, with their reason)."""
-        return [group async for group in self.stream(tasks, group_size, sampling, limits)]
+        groups = []
+        async for group in self.stream(tasks, group_size, sampling, limits):
+            groups.append(group)
+            if on_group is not None:
+                on_group(group)
+        return groups
 
     async def stream(
         self, tasks: Sequence[Any], group_size: int, sampling: SamplingConfig, limits: EpisodeLimits

@@ -1,15 +1,17 @@
 """What the user sees: a per-step table on the terminal, a W&B run, trajectories as JSONL.
 
-``Reporter.log(phase, step, metrics)`` prints one aligned row (the columns that matter) and logs
-every metric to W&B under ``<phase>/<name>``; ``write_trajectories`` writes one JSON object per
+``Reporter.log(phase, step, metrics)`` prints one aligned row (the columns that matter), appends
+every metric to ``<run_dir>/metrics.jsonl`` and logs it to W&B under ``<phase>/<name>``; ``write_trajectories`` writes one JSON object per
 trajectory (token ids, masks, decoded text, tool calls, reward) to ``<run_dir>/trajectories/``.
 W&B is offline unless the config says otherwise; ``wandb sync <run_dir>/wandb/...`` uploads later.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -39,6 +41,7 @@ class Reporter:
         self.run_dir = cfg.run_dir
         self.trajectory_dir = os.path.join(self.run_dir, "trajectories")
         os.makedirs(self.trajectory_dir, exist_ok=True)
+        self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         self._wandb: Any = None
         if cfg.wandb.mode != "disabled":
             import wandb
@@ -58,13 +61,16 @@ class Reporter:
 
     def log(self, phase: str, step: int, metrics: Mapping[str, float]) -> None:
         if not self._header_printed:
-            print(f"{'phase':<10}{'step':>5} " + " ".join(h for _, h, _ in COLUMNS), flush=True)
+            print(f"{'phase':<15}{'step':>5} " + " ".join(h for _, h, _ in COLUMNS), flush=True)
             self._header_printed = True
         cells = []
         for key, header, fmt in COLUMNS:
             value = metrics.get(key)
             cells.append(fmt.format(value) if value is not None else " " * (len(header) - 1) + "-")
-        print(f"{phase:<10}{step:>5} " + " ".join(cells), flush=True)
+        print(f"{phase:<15}{step:>5} " + " ".join(cells), flush=True)
+        record = {"phase": phase, "step": step, **metrics}
+        with open(self.metrics_path, "ab") as f:
+            f.write(msgspec.json.encode(record) + b"\n")
         if self._wandb is not None:
             self._wandb.log({"step": step, **{f"{phase}/{k}": v for k, v in metrics.items()}})
 
@@ -77,6 +83,23 @@ class Reporter:
                 record["text"] = tokenizer.decode(t.token_ids, skip_special_tokens=False)
                 f.write(encoder.encode(record) + b"\n")
         return path
+
+    @contextlib.contextmanager
+    def progress(self, description: str, total: int) -> Iterator[Callable[..., None]]:
+        """A progress bar on a terminal (nothing in a job log); yields ``advance(n=1)``."""
+        if not sys.stdout.isatty():
+
+            def ignore(*_: Any, n: int = 1) -> None:
+                pass
+
+            yield ignore
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda *_, n=1: bar.advance(task, n)
 
     def summary(self, values: Mapping[str, float]) -> None:
         if self._wandb is not None:

@@ -36,7 +36,9 @@ def ensure_server_env(root: Path, server: str, requirements: list[str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--root", default=".cache/servers", help="where server venvs live")
     parser.add_argument("domains", nargs="*", help="domain directories (default: every built-in domain)")
     args = parser.parse_args(argv)

@@ -34,7 +34,9 @@ from specs.errors import SpecError  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", help="run config YAML (default: the embedded CPU demo)")
     parser.add_argument("overrides", nargs="*", help="config overrides, key.path=value")
     return parser.parse_args(argv)
@@ -50,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as e:  # a malformed config, task file or server list: say where, train nothing
         print(f"spec error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # train() has already destroyed every environment and actor
+        print("interrupted: environments and actors shut down", file=sys.stderr)
+        return 130
 
 
 class TaskStream:
@@ -104,7 +109,10 @@ async def train(cfg: RunConfig) -> int:
         cleanup.callback(reporter.close)
         actors = start_actors(cfg, run_id)
         cleanup.push_async_callback(stop_actors, actors)
-        print(f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}", flush=True)
+        print(
+            f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}",
+            flush=True,
+        )
         await actors.pool.reap_leftovers()
 
         def pipeline(engine_for: Any) -> RolloutPipeline:
@@ -134,7 +142,10 @@ async def train(cfg: RunConfig) -> int:
         )
 
         async def evaluate(phase: str, step: int) -> dict[str, float]:
-            groups = await pipeline(lambda task: actors.generator).collect(eval_tasks, 1, greedy, eval_limits)
+            with reporter.progress(f"eval {phase}", len(eval_tasks)) as advance:
+                groups = await pipeline(lambda task: actors.generator).collect(
+                    eval_tasks, 1, greedy, eval_limits, advance
+                )
             trajectories = [t for g in groups for t in g.trajectories]
             reporter.write_trajectories(f"eval_{phase}", trajectories, tokenizer)
             metrics = episode_metrics(trajectories)
@@ -145,32 +156,50 @@ async def train(cfg: RunConfig) -> int:
 
         if cfg.warmstart.enabled:
             started = time.perf_counter()
-            demo_groups = await pipeline(lambda task: ScriptedEngine(tokenizer, expert, task)).collect(
-                train_tasks.take(cfg.warmstart.demonstrations), 1, greedy, limits
-            )
+            with reporter.progress("expert demonstrations", cfg.warmstart.demonstrations) as advance:
+                demo_groups = await pipeline(lambda task: ScriptedEngine(tokenizer, expert, task)).collect(
+                    train_tasks.take(cfg.warmstart.demonstrations), 1, greedy, limits, advance
+                )
             demos = demonstration_samples(t for g in demo_groups for t in g.trajectories)
-            reporter.write_trajectories("demonstrations", [t for g in demo_groups for t in g.trajectories], tokenizer)
+            reporter.write_trajectories(
+                "demonstrations", [t for g in demo_groups for t in g.trajectories], tokenizer
+            )
             if not demos:
                 raise RuntimeError("warm start: the expert produced no successful demonstration")
             rng = random.Random(cfg.seed)
+            batch = cfg.warmstart.batch_size
             for epoch in range(cfg.warmstart.epochs):
                 rng.shuffle(demos)
-                for i in range(0, len(demos), cfg.warmstart.batch_size):
-                    stats = await actors.learner.sft_step(demos[i : i + cfg.warmstart.batch_size], cfg.warmstart.lr)
-                reporter.log("warmstart", epoch + 1, {"loss": stats["loss"], "update_s": time.perf_counter() - started})
+                with reporter.progress(f"warm start epoch {epoch + 1}", len(demos)) as advance:
+                    for i in range(0, len(demos), batch):
+                        stats = await actors.learner.sft_step(demos[i : i + batch], cfg.warmstart.lr)
+                        advance(n=len(demos[i : i + batch]))
+                reporter.log(
+                    "warmstart", epoch + 1, {"loss": stats["loss"], "update_s": time.perf_counter() - started}
+                )
             await publish_weights(actors)
             results["warmstart"] = await evaluate("warmstart", 0)
 
         for step in range(1, cfg.train.steps + 1):
             started = time.perf_counter()
             rollout = pipeline(lambda task: actors.generator)
-            groups = await rollout.collect(train_tasks.take(cfg.rollout.tasks_per_step), cfg.rollout.group_size, sampling, limits)
+            with reporter.progress(f"step {step} rollout", cfg.rollout.tasks_per_step) as advance:
+                groups = await rollout.collect(
+                    train_tasks.take(cfg.rollout.tasks_per_step),
+                    cfg.rollout.group_size,
+                    sampling,
+                    limits,
+                    advance,
+                )
             rollout_s = time.perf_counter() - started
             trajectories = [t for g in groups for t in g.trajectories]
             reporter.write_trajectories(f"step_{step:04d}", trajectories, tokenizer)
             complete = [g.trajectories for g in groups if g.dropped is None]
             samples = rl_samples(
-                complete, std_normalize=cfg.algorithm.std_normalize, eps=cfg.algorithm.eps, keep_zero=cfg.algorithm.kl_coef > 0
+                complete,
+                std_normalize=cfg.algorithm.std_normalize,
+                eps=cfg.algorithm.eps,
+                keep_zero=cfg.algorithm.kl_coef > 0,
             )
             started = time.perf_counter()
             update: dict[str, float] = {}

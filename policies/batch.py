@@ -14,7 +14,11 @@ from policies.types import TrainSample, Trajectory
 
 
 def rl_samples(
-    groups: Iterable[Sequence[Trajectory]], *, std_normalize: bool = True, eps: float = 1e-6, keep_zero: bool = False
+    groups: Iterable[Sequence[Trajectory]],
+    *,
+    std_normalize: bool = True,
+    eps: float = 1e-6,
+    keep_zero: bool = False,
 ) -> list[TrainSample]:
     """One sample per trajectory of each complete, scored group.
 
@@ -24,20 +28,22 @@ def rl_samples(
     trajectories = [t for group in groups for t in group]
     for t in trajectories:
         if t.status != "ok" or t.reward is None:
-            raise ValueError(f"rl_samples: trajectory of {t.task_id} is {t.status} with reward {t.reward}; "
-                             "only complete, scored groups may be trained")
+            raise ValueError(
+                f"rl_samples: trajectory of {t.task_id} is {t.status} with reward {t.reward}; "
+                "only complete, scored groups may be trained"
+            )
     advantages = group_advantages(
         [float(t.reward) for t in trajectories],  # type: ignore[arg-type]
         [t.group_id for t in trajectories],
         std_normalize=std_normalize,
         eps=eps,
     )
-    return [
-        _sample(t, a) for t, a in zip(trajectories, advantages, strict=True) if keep_zero or a != 0.0
-    ]
+    return [_sample(t, a) for t, a in zip(trajectories, advantages, strict=True) if keep_zero or a != 0.0]
 
 
-def demonstration_samples(trajectories: Iterable[Trajectory], *, min_reward: float = 1.0) -> list[TrainSample]:
+def demonstration_samples(
+    trajectories: Iterable[Trajectory], *, min_reward: float = 1.0
+) -> list[TrainSample]:
     """Supervised samples from expert trajectories that succeeded (reward >= ``min_reward``)."""
     return [
         _sample(t, 0.0)

@@ -38,7 +38,9 @@ class Engine(Protocol):
 
 
 class ToolCaller(Protocol):
-    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult: ...
+    async def call(
+        self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float
+    ) -> ToolResult: ...
 
 
 class EpisodeLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,7 +56,9 @@ class EpisodeLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Deadline of each tool call."""
 
 
-def build_messages(instruction: str, tools: Sequence[ToolSpec], system_prompt: str | None) -> list[dict[str, Any]]:
+def build_messages(
+    instruction: str, tools: Sequence[ToolSpec], system_prompt: str | None
+) -> list[dict[str, Any]]:
     """The opening conversation: a system prompt that lists the tools, then the task."""
     system = render_system_prompt(system_prompt or DEFAULT_SYSTEM_PROMPT, list(tools))
     return [{"role": "system", "content": system}, {"role": "user", "content": instruction}]
@@ -111,9 +115,7 @@ async def run_episode(
     )
 
 
-async def _execute(
-    parsed: Any, tools: ToolCaller, env_id: str, timeout_s: float
-) -> ToolResult:
+async def _execute(parsed: Any, tools: ToolCaller, env_id: str, timeout_s: float) -> ToolResult:
     if isinstance(parsed, ToolCallParseError):
         return ToolResult(text=parsed.message, is_error=True, error_kind="parse_error")
     return await tools.call(env_id, parsed.name, parsed.arguments, timeout_s)

@@ -40,7 +40,9 @@ class ScriptedEngine:
             ids, finish = ids[: sampling.max_tokens], "length"
         else:
             ids.append(self._tokenizer.eos_token_id)
-        return Generation(token_ids=ids, logprobs=[0.0] * len(ids), version=self.version, finish_reason=finish)
+        return Generation(
+            token_ids=ids, logprobs=[0.0] * len(ids), version=self.version, finish_reason=finish
+        )
 
     async def update_weights(self, version: int, path: str) -> None:
         self.version = version

@@ -174,13 +174,13 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
     """Supervised warm start on expert demonstrations before RL (the base model never calls tools)."""
-    demonstrations: int = 64
+    demonstrations: int = 40
     """Expert trajectories to train on; few, to leave RL headroom."""
     epochs: int = 2
     """Passes over the demonstrations."""
     lr: float = 5e-5
     """Learning rate of the warm start."""
-    batch_size: int = 8
+    batch_size: int = 4
     """Demonstrations per optimizer step."""
 
     def __post_init__(self) -> None:

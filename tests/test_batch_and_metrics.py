@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from launch.train import TaskStream
@@ -10,7 +13,9 @@ from policies.metrics import episode_metrics
 from policies.types import ToolCallRecord, Trajectory
 
 
-def traj(group: str, reward: float | None, *, status: str = "ok", calls: tuple[str | None, ...] = ()) -> Trajectory:
+def traj(
+    group: str, reward: float | None, *, status: str = "ok", calls: tuple[str | None, ...] = ()
+) -> Trajectory:
     return Trajectory(
         task_id=group,
         group_id=group,
@@ -20,7 +25,15 @@ def traj(group: str, reward: float | None, *, status: str = "ok", calls: tuple[s
         versions=[0],
         messages=[],
         tool_calls=[
-            ToolCallRecord(turn=i + 1, name="t", arguments={}, ok=kind is None, error_kind=kind, latency_s=0.0, output_bytes=1)
+            ToolCallRecord(
+                turn=i + 1,
+                name="t",
+                arguments={},
+                ok=kind is None,
+                error_kind=kind,
+                latency_s=0.0,
+                output_bytes=1,
+            )
             for i, kind in enumerate(calls)
         ],
         num_turns=len(calls) + 1,
@@ -30,7 +43,10 @@ def traj(group: str, reward: float | None, *, status: str = "ok", calls: tuple[s
 
 
 def test_rl_samples_normalise_within_each_group_and_skip_groups_without_signal() -> None:
-    groups = [[traj("a", 1.0), traj("a", 0.0), traj("a", 0.0), traj("a", 0.0)], [traj("b", 1.0), traj("b", 1.0)]]
+    groups = [
+        [traj("a", 1.0), traj("a", 0.0), traj("a", 0.0), traj("a", 0.0)],
+        [traj("b", 1.0), traj("b", 1.0)],
+    ]
     samples = rl_samples(groups)
     assert [s.advantage for s in samples] == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
     assert samples[0].token_ids == [1, 2, 3, 4] and samples[0].logprobs == [0.0, 0.0, -0.5, -0.25]
@@ -71,3 +87,32 @@ def test_task_stream_is_seeded_and_visits_every_task_once_per_pass() -> None:
     assert sorted(first.take(10)) == tasks
     assert first.position == 20
     assert TaskStream(tasks, seed=4).take(10) != TaskStream(tasks, seed=3).take(10)
+
+
+def test_reporter_prints_a_row_per_phase_and_writes_trajectories(tmp_path: Any, capsys: Any) -> None:
+    from launch.report import Reporter
+    from specs.config import load_run_config
+
+    class Tok:
+        def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+            return " ".join(map(str, ids))
+
+    cfg = load_run_config(None, [f"output_dir={tmp_path}", "wandb.mode=disabled"])
+    reporter = Reporter(cfg, "run-1")
+    with reporter.progress("rollout", 2) as advance:
+        advance()
+        advance(n=1)
+    reporter.log("train", 3, {"success": 0.5, "loss": 0.25})
+    path = reporter.write_trajectories("step_0003", [traj("a", 1.0)], Tok())
+    reporter.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["phase", "step", "success"]
+    assert lines[1].split()[:3] == ["train", "3", "0.50"] and "0.2500" in lines[1]
+    assert json.loads(open(reporter.metrics_path).read()) == {
+        "phase": "train",
+        "step": 3,
+        "success": 0.5,
+        "loss": 0.25,
+    }
+    record = json.loads(open(path).read())
+    assert record["text"] == "1 2 3 4" and record["reward"] == 1.0 and record["trainable"] == [0, 0, 1, 1]

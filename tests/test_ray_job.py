@@ -28,28 +28,71 @@ def free_port() -> int:
 
 def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Path) -> None:
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RAY_AUTH_MODE": "token", "WANDB_MODE": "offline"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "RAY_AUTH_MODE": "token",
+        "WANDB_MODE": "offline",
+    }
     env.pop("RAY_ADDRESS", None)
     # The working-dir upload skips .gitignored paths (.cache): name the model and server venv absolutely.
     servers = tmp_path / "servers.json"
-    servers.write_text(json.dumps({"calculator": {"stdio": {
-        "command": str(REPO / ".cache" / "servers" / "calculator" / "bin" / "python"),
-        "args": ["-m", "mcp_server_calculator"],
-    }}}))
+    servers.write_text(
+        json.dumps(
+            {
+                "calculator": {
+                    "stdio": {
+                        "command": str(REPO / ".cache" / "servers" / "calculator" / "bin" / "python"),
+                        "args": ["-m", "mcp_server_calculator"],
+                    }
+                }
+            }
+        )
+    )
     dashboard = free_port()
     ray = str(bin_dir / "ray")
-    start = [ray, "start", "--head", f"--port={free_port()}", f"--dashboard-port={dashboard}",
-             "--dashboard-host=127.0.0.1", "--num-cpus=2", "--disable-usage-stats"]
+    start = [
+        ray,
+        "start",
+        "--head",
+        f"--port={free_port()}",
+        f"--dashboard-port={dashboard}",
+        "--dashboard-host=127.0.0.1",
+        "--num-cpus=2",
+        "--disable-usage-stats",
+    ]
     subprocess.run(start, env=env, check=True, capture_output=True, timeout=180)
     try:
         job = subprocess.run(
-            [ray, "job", "submit", f"--address=http://127.0.0.1:{dashboard}", "--working-dir", str(REPO), "--",
-             "python", "launch/train.py", "--config", "launch/configs/demo.yaml",
-             f"model.path={model_dir}", f"domain.servers={servers}", f"output_dir={tmp_path / 'runs'}",
-             "run_name=job", "train.steps=1", "warmstart.enabled=false", "rollout.group_size=2",
-             "rollout.tasks_per_step=1", "train.eval_tasks_limit=2", "rollout.max_turns=2",
-             "rollout.max_new_tokens=48"],
-            env=env, capture_output=True, text=True, timeout=900,
+            [
+                ray,
+                "job",
+                "submit",
+                f"--address=http://127.0.0.1:{dashboard}",
+                "--working-dir",
+                str(REPO),
+                "--",
+                "python",
+                "launch/train.py",
+                "--config",
+                "launch/configs/demo.yaml",
+                f"model.path={model_dir}",
+                f"domain.servers={servers}",
+                f"output_dir={tmp_path / 'runs'}",
+                "run_name=job",
+                "train.steps=1",
+                "warmstart.demonstrations=2",
+                "warmstart.epochs=1",
+                "rollout.group_size=2",
+                "rollout.tasks_per_step=1",
+                "train.eval_tasks_limit=2",
+                "rollout.max_turns=2",
+                "rollout.max_new_tokens=48",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         output = job.stdout + job.stderr
         assert job.returncode == 0, output[-5000:]

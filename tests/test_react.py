@@ -17,8 +17,13 @@ from policies.types import SamplingConfig, ToolResult, ToolSpec
 
 pytestmark = pytest.mark.anyio
 
-CALC = ToolSpec(name="calculator__calculate", server="calculator", tool="calculate", description="Evaluate",
-                parameters={"type": "object", "properties": {"expression": {"type": "string"}}})
+CALC = ToolSpec(
+    name="calculator__calculate",
+    server="calculator",
+    tool="calculate",
+    description="Evaluate",
+    parameters={"type": "object", "properties": {"expression": {"type": "string"}}},
+)
 CALL = '<tool_call>{"name": "calculator__calculate", "arguments": {"expression": "17*25-38"}}</tool_call>'
 
 
@@ -77,7 +82,10 @@ async def test_an_expert_episode_calls_the_tool_then_answers_with_its_result(tok
     assert "<tool_response>" in tokenizer.decode(t.token_ids) and "387" in t.messages[-2]["content"]
     trained = tokenizer.decode([i for i, m in zip(t.token_ids, t.trainable, strict=True) if m])
     assert trained == CALL + "<|im_end|>" + "The answer is 387." + "<|im_end|>"
-    assert list(tokenizer.apply_chat_template(t.messages, tokenize=True, return_dict=False))[: len(t.token_ids)] == t.token_ids
+    assert (
+        list(tokenizer.apply_chat_template(t.messages, tokenize=True, return_dict=False))[: len(t.token_ids)]
+        == t.token_ids
+    )
 
 
 async def test_a_malformed_call_becomes_an_observation_and_the_episode_goes_on(tokenizer: Any) -> None:

@@ -72,7 +72,9 @@ async def run_pipeline(
             eval_workers=1,
         )
         with anyio.fail_after(120):
-            groups = await pipeline.collect(tasks, group_size, SamplingConfig(temperature=0.0), EpisodeLimits())
+            groups = await pipeline.collect(
+                tasks, group_size, SamplingConfig(temperature=0.0), EpisodeLimits()
+            )
     await pool.shutdown()
     return groups, pipeline, pool
 
@@ -132,17 +134,28 @@ async def test_a_server_that_cannot_start_fails_the_trajectory_not_the_step(
 ) -> None:
     monkeypatch.chdir(REPO)
     registry = tmp_path / "servers.json"
-    registry.write_text(json.dumps({
-        "calculator": {"stdio": {"command": ".cache/servers/calculator/bin/python", "args": ["-m", "mcp_server_calculator"]}},
-        "dead": {"stdio": {"command": "sh", "args": ["-c", "echo 'no such database' >&2; exit 3"]}},
-    }))
+    registry.write_text(
+        json.dumps(
+            {
+                "calculator": {
+                    "stdio": {
+                        "command": ".cache/servers/calculator/bin/python",
+                        "args": ["-m", "mcp_server_calculator"],
+                    }
+                },
+                "dead": {"stdio": {"command": "sh", "args": ["-c", "echo 'no such database' >&2; exit 3"]}},
+            }
+        )
+    )
     task = load_tasks(DOMAIN / "tasks" / "train.json")[0]
     broken = msgspec.structs.replace(
         task, instance_id="broken", mcp_servers=(msgspec.structs.replace(task.mcp_servers[0], name="dead"),)
     )
     groups, pipeline, pool = await run_pipeline(tmp_path, tokenizer, [broken, task], 1, servers=registry)
     by_task = {g.task_id: g for g in groups}
-    assert by_task[task.instance_id].dropped is None and by_task[task.instance_id].trajectories[0].reward == 1.0
+    assert (
+        by_task[task.instance_id].dropped is None and by_task[task.instance_id].trajectories[0].reward == 1.0
+    )
     assert by_task["broken"].dropped == "infra_failed"
     assert "no such database" in (by_task["broken"].trajectories[0].error or "")
     assert pipeline.metrics.lost == {"infra_failed": 1} and pool.stats()["live"] == 0

@@ -106,19 +106,25 @@ class EnvHandle:
     def workdir(self) -> str:
         return self.info.workdir
 
-    async def run(self, argv: list[str], *, stdin: bytes | None = None, timeout_s: float = 60.0) -> ExecResult:
+    async def run(
+        self, argv: list[str], *, stdin: bytes | None = None, timeout_s: float = 60.0
+    ) -> ExecResult:
         return await self._provisioner.exec(self.info, argv, stdin=stdin, timeout_s=timeout_s)
 
     async def write_file(self, path: str, data: str | bytes) -> None:
         payload = data.encode() if isinstance(data, str) else data
-        result = await self.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path], stdin=payload)
+        result = await self.run(
+            ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path], stdin=payload
+        )
         if result.returncode != 0:
             raise OSError(f"write_file({path!r}) in env {self.info.env_id} failed: {result.stderr.strip()}")
 
     async def read_file(self, path: str) -> str:
         result = await self.run(["cat", path])
         if result.returncode != 0:
-            raise FileNotFoundError(f"read_file({path!r}) in env {self.info.env_id} failed: {result.stderr.strip()}")
+            raise FileNotFoundError(
+                f"read_file({path!r}) in env {self.info.env_id} failed: {result.stderr.strip()}"
+            )
         return result.stdout
 
 

@@ -24,7 +24,9 @@ def respond(task: Any, conversation: str) -> str:
     if not responses:
         expression = task.private.get("_expression")
         if not expression:
-            raise ValueError(f"task {task.instance_id}: the calculator expert needs a private '_expression' field")
+            raise ValueError(
+                f"task {task.instance_id}: the calculator expert needs a private '_expression' field"
+            )
         call = {"name": TOOL, "arguments": {"expression": expression}}
         return f"I will compute this with the calculator.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
     result = responses[-1].strip()
