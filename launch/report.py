@@ -60,13 +60,15 @@ class Reporter:
         self._header_printed = False
 
     def log(self, phase: str, step: int, metrics: Mapping[str, float]) -> None:
+        widths = [max(len(header), len(fmt.format(0.0))) for _, header, fmt in COLUMNS]
         if not self._header_printed:
-            print(f"{'phase':<15}{'step':>5} " + " ".join(h for _, h, _ in COLUMNS), flush=True)
+            headers = (f"{header:>{w}}" for (_, header, _), w in zip(COLUMNS, widths, strict=True))
+            print(f"{'phase':<15}{'step':>5} " + " ".join(headers), flush=True)
             self._header_printed = True
         cells = []
-        for key, header, fmt in COLUMNS:
+        for (key, _, fmt), width in zip(COLUMNS, widths, strict=True):
             value = metrics.get(key)
-            cells.append(fmt.format(value) if value is not None else " " * (len(header) - 1) + "-")
+            cells.append(f"{fmt.format(value) if value is not None else '-':>{width}}")
         print(f"{phase:<15}{step:>5} " + " ".join(cells), flush=True)
         record = {"phase": phase, "step": step, **metrics}
         with open(self.metrics_path, "ab") as f:
