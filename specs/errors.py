@@ -8,7 +8,10 @@ every one of them at once instead of stopping at the first.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -79,3 +82,14 @@ def split_validation_error(error: msgspec.ValidationError, prefix: str) -> tuple
     if prefix:
         return f"{prefix}{path}", message
     return path.lstrip(".") or "top level", message
+
+
+def read_json_file(path: str | os.PathLike[str]) -> Any:
+    """Decode a JSON spec file; a missing file or invalid JSON is a ``SpecError`` naming the place."""
+    file = str(path)
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(file, "file", "no such file") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(file, f"line {e.lineno} column {e.colno}", f"invalid JSON: {e.msg}") from None

@@ -22,18 +22,16 @@ against the current working directory, the project root.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from actors.provisioners.base import ServerLaunch
-from specs.errors import SpecError, raise_all, split_validation_error
+from specs.errors import SpecError, raise_all, read_json_file, split_validation_error
 
 _TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _PYTHON_NAMES = frozenset({"python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}"})
@@ -189,11 +187,4 @@ def parse_server_registry(data: Any, file: str) -> ServerRegistry:
 
 def load_server_registry(path: str | os.PathLike[str]) -> ServerRegistry:
     """Load a ``server_list.json``-shaped file; ``SpecError`` on unreadable JSON or bad entries."""
-    file = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(file, "file", "no such file") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(file, f"line {e.lineno} column {e.colno}", f"invalid JSON: {e.msg}") from None
-    return parse_server_registry(data, file)
+    return parse_server_registry(read_json_file(path), str(path))

@@ -18,14 +18,13 @@ index, the field and the accepted fields. Every problem in a file is reported, n
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from specs.errors import SpecError, raise_all, split_validation_error
+from specs.errors import SpecError, raise_all, read_json_file, split_validation_error
 
 
 class McpServerRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -239,11 +238,4 @@ def parse_tasks(data: Any, file: str) -> list[TaskSpec]:
 
 def load_tasks(path: str | os.PathLike[str]) -> list[TaskSpec]:
     """Load a task file; ``SpecError`` (or ``SpecErrors`` listing every problem) if it is malformed."""
-    file = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(file, "file", "no such file") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(file, f"line {e.lineno} column {e.colno}", f"invalid JSON: {e.msg}") from None
-    return parse_tasks(data, file)
+    return parse_tasks(read_json_file(path), str(path))
