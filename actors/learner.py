@@ -53,8 +53,10 @@ class LearnerError(MCPRLError):
 def _ensure_single_process_dist_env() -> None:
     """Fill in the torch.distributed rendezvous variables for a world of one, keeping any already set."""
     if "MASTER_PORT" not in os.environ:
+        # Probe on every interface: the rendezvous store listens on all of them, and a port free on
+        # loopback may be held on the node's address (a Ray cluster's components use such ports).
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind(("", 0))
             os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
         os.environ.setdefault(key, value)
