@@ -18,6 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -42,10 +43,15 @@ class Group(msgspec.Struct, kw_only=True):
 
 
 class StageMetrics(msgspec.Struct, kw_only=True):
-    """Seconds spent and items passed per stage, plus losses by cause."""
+    """Seconds per stage summed over trajectories (``<stage>_wait_s`` queued for a worker of that
+    stage, ``<stage>_s`` working in it), items passed, and losses by cause. ``acquire_s`` includes
+    waiting inside the pool for its cap on live environments."""
 
+    acquire_wait_s: float = 0.0
     acquire_s: float = 0.0
+    run_wait_s: float = 0.0
     run_s: float = 0.0
+    evaluate_wait_s: float = 0.0
     evaluate_s: float = 0.0
     release_s: float = 0.0
     acquired: int = 0
@@ -143,18 +149,15 @@ class RolloutPipeline:
         env: EnvInfo | None = None
         broken = False
         try:
-            started = time.perf_counter()
-            async with self._acquire:
+            async with self._stage(self._acquire, "acquire"):
                 config = self._env_config_for(task)
                 env = await self._pool.acquire(config, task)
                 self._live += 1
                 self.metrics.max_live_envs = max(self.metrics.max_live_envs, self._live)
                 tools = await self._gateway.open(env, list(config.servers), _allowed(task))
-            self.metrics.acquire_s += time.perf_counter() - started
             self.metrics.acquired += 1
 
-            started = time.perf_counter()
-            async with self._run:
+            async with self._stage(self._run, "run"):
                 trajectory = await run_episode(
                     task_id=task.instance_id,
                     group_id=group_id,
@@ -166,15 +169,13 @@ class RolloutPipeline:
                     sampling=sampling,
                     limits=limits,
                 )
-            self.metrics.run_s += time.perf_counter() - started
             self.metrics.episodes += 1
             if trajectory.status != "ok":
                 broken = True
                 self.metrics.lose(trajectory.status)
                 return trajectory
 
-            started = time.perf_counter()
-            async with self._evaluate:
+            async with self._stage(self._evaluate, "evaluate"):
                 try:
                     trajectory.reward, trajectory.reward_details = await self._evaluator.evaluate(
                         task, trajectory, env
@@ -183,7 +184,6 @@ class RolloutPipeline:
                     logger.warning("evaluator failed on %s: %s", task.instance_id, e)
                     trajectory.status, trajectory.error = "eval_failed", str(e)
                     self.metrics.lose("eval_failed")
-            self.metrics.evaluate_s += time.perf_counter() - started
             self.metrics.evaluated += 1
             return trajectory
         except Exception as e:  # the one boundary: an episode's failure never crashes the step
@@ -197,6 +197,20 @@ class RolloutPipeline:
         finally:
             if env is not None:
                 await self._release(env, task, broken)
+
+    @asynccontextmanager
+    async def _stage(self, limiter: anyio.CapacityLimiter, name: str) -> AsyncIterator[None]:
+        """Hold a worker of stage ``name``; time the queueing and the work separately."""
+        queued = time.perf_counter()
+        async with limiter:
+            started = time.perf_counter()
+            wait = f"{name}_wait_s"
+            setattr(self.metrics, wait, getattr(self.metrics, wait) + started - queued)
+            try:
+                yield
+            finally:
+                busy = f"{name}_s"
+                setattr(self.metrics, busy, getattr(self.metrics, busy) + time.perf_counter() - started)
 
     async def _release(self, env: EnvInfo, task: Any, broken: bool) -> None:
         started = time.perf_counter()

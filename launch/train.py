@@ -75,6 +75,7 @@ class TaskStream:
 
 
 async def train(cfg: RunConfig) -> int:
+    import msgspec
     import ray
     from transformers import AutoTokenizer
 
@@ -135,7 +136,7 @@ async def train(cfg: RunConfig) -> int:
             max_context_tokens=cfg.rollout.max_context_tokens,
             tool_timeout_s=cfg.rollout.tool_timeout_s,
         )
-        eval_limits = EpisodeLimits(**{**_fields(limits), "max_turns": cfg.eval_max_turns})
+        eval_limits = msgspec.structs.replace(limits, max_turns=cfg.eval_max_turns)
         greedy = SamplingConfig(temperature=0.0, stop_token_ids=stop_ids)
         sampling = SamplingConfig(
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, stop_token_ids=stop_ids
@@ -220,10 +221,7 @@ async def train(cfg: RunConfig) -> int:
                 "rollout_s": rollout_s,
                 "update_s": update_s,
                 "sync_s": sync_s,
-                "acquire_s": m.acquire_s,
-                "run_s": m.run_s,
-                "evaluate_s": m.evaluate_s,
-                "release_s": m.release_s,
+                **{f"stage_{k}": v for k, v in msgspec.structs.asdict(m).items() if k.endswith("_s")},
                 "max_live_envs": float(m.max_live_envs),
                 "groups_dropped": float(m.groups_dropped),
                 **{f"lost_{cause}": float(n) for cause, n in m.lost.items()},
@@ -240,12 +238,6 @@ async def train(cfg: RunConfig) -> int:
     finally:
         await cleanup.aclose()
         ray.shutdown()
-
-
-def _fields(struct: Any) -> dict[str, Any]:
-    import msgspec
-
-    return msgspec.structs.asdict(struct)
 
 
 def _summary_line(results: dict[str, dict[str, float]]) -> str:

@@ -95,7 +95,10 @@ async def test_expert_groups_run_end_to_end_and_score_one(
         assert f"{expected[t.task_id]:g}" in (t.final_answer or "")
     assert len(demonstration_samples(trajectories)) == 4
     assert rl_samples([g.trajectories for g in groups]) == []  # all equal rewards: no signal
-    assert pipeline.metrics.max_live_envs <= 3 and pipeline.metrics.episodes == 4
+    m = pipeline.metrics
+    assert m.max_live_envs <= 3 and m.episodes == 4 and m.evaluated == 4
+    assert m.acquire_s > 0 and m.run_s > 0 and m.evaluate_s > 0 and m.release_s > 0
+    assert m.acquire_wait_s > 0  # one acquire worker for four trajectories: they queued
     stats = pool.stats()
     assert stats["live"] == 0 and stats["reused"] >= 1  # environments were reset and reused
 
