@@ -161,12 +161,25 @@ class EnvPool:
                 return await self._create(config)
             if action == "evict":
                 await self._destroy(env)
-            elif await self.provisioner.health_check(env):
+            elif await self._healthy(env):
                 self._counts["reused"] += 1
                 return env
             else:
                 logger.warning("idle env %s failed its health check; destroying it", env.env_id)
                 await self._destroy(env)
+
+    async def _healthy(self, env: EnvInfo) -> bool:
+        """Health check of an env taken from the idle set; an env whose check raises or is
+        cancelled is destroyed (its slot freed), never left in limbo between idle and held."""
+        try:
+            return bool(await self.provisioner.health_check(env))
+        except Exception:
+            logger.exception("health check of env %s raised", env.env_id)
+            return False
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._destroy(env)
+            raise
 
     def _next_step(self, key: str) -> tuple[str, EnvInfo | None] | None:
         """What ``acquire`` does next (state is updated here, synchronously); ``None``: wait."""

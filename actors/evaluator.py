@@ -49,7 +49,7 @@ class Evaluator:
                 return evaluate_op(spec.func, spec.op, spec.value, spec.op_args, trajectory.final_answer)
             fn = resolve("evaluator", spec.op, self._modules, source=f"task {task.instance_id}")
             handle = EnvHandle(env, make_provisioner(env.backend))
-            outcome = await fn(handle, task, trajectory, **(spec.op_args or {}))
+            outcome = await fn(handle, task, trajectory, value=spec.value, **(spec.op_args or {}))
         except EvaluatorError as e:
             raise EvaluatorError(f"{where}: {e}") from e
         except MCPRLError:

@@ -402,6 +402,7 @@ class McpGatewayActor:
         self._started: anyio.Event | None = None
         self._stop: anyio.Event | None = None
         self._host: Any = None
+        self._failure: BaseException | None = None
 
     async def _get(self) -> McpGateway:
         if self._host is None:  # no await before the task exists: concurrent first calls share it
@@ -412,14 +413,22 @@ class McpGatewayActor:
         assert self._started is not None
         with anyio.fail_after(30):
             await self._started.wait()
-        assert self._gateway is not None
+        if self._gateway is None:
+            raise GatewayError(f"the gateway's host task has ended: {self._failure!r}") from self._failure
         return self._gateway
 
     async def _run_host(self, started: anyio.Event, stop: anyio.Event) -> None:
-        async with McpGateway.running(**self._kwargs) as gateway:
-            self._gateway = gateway
+        try:
+            async with McpGateway.running(**self._kwargs) as gateway:
+                self._gateway = gateway
+                started.set()
+                await stop.wait()
+        except BaseException as e:  # every caller, waiting or later, sees why instead of timing out
+            self._failure = e
+            raise
+        finally:
+            self._gateway = None
             started.set()
-            await stop.wait()
 
     async def open(
         self,
@@ -442,10 +451,11 @@ class McpGatewayActor:
         await (await self._get()).close(env_id)
 
     async def shutdown(self) -> None:
-        if self._gateway is not None and self._stop is not None:
-            await self._gateway.close_all()
+        gateway = self._gateway
+        if gateway is not None and self._stop is not None:
+            await gateway.close_all()
             self._stop.set()
-            with anyio.fail_after(self._gateway.stop_timeout_s + 5):
+            with anyio.fail_after(gateway.stop_timeout_s + 5):
                 await self._host
 
 

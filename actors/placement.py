@@ -44,16 +44,20 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
     from actors.mcp_gateway import remote_mcp_gateway
     from actors.provisioners.base import make_provisioner
 
+    # Colocated means one node: the pool's environments, the gateway's server processes, the
+    # evaluator's view of them and the weights file in /dev/shm are all local to the driver's node.
+    here = {"scheduling_strategy": _this_node()}
     pool = remote_env_pool(
         make_provisioner(cfg.env.backend),
         run_id,
         cfg.env.max_live,
         cfg.env.reuse,
         hook_modules=cfg.domain.hook_modules,
+        ray_options=here,
     )
-    gateway = remote_mcp_gateway()
-    evaluator = remote_class(Evaluator).remote(hook_modules=cfg.domain.hook_modules)
-    generator = remote_generator().remote(
+    gateway = remote_mcp_gateway(ray_options=here)
+    evaluator = remote_class(Evaluator, **here).remote(hook_modules=cfg.domain.hook_modules)
+    generator = remote_generator(**here).remote(
         model_path=cfg.model.path,
         dtype=cfg.model.dtype,
         max_model_len=cfg.generator.max_model_len,
@@ -66,7 +70,7 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
     # Ray gives a zero-CPU actor OMP_NUM_THREADS=1; the colocated learner owns the node's cores
     # while it trains (generation is idle then), so it gets them all.
     threads = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}
-    learner = remote_learner(runtime_env={"env_vars": threads}).remote(
+    learner = remote_learner(runtime_env={"env_vars": threads}, **here).remote(
         cfg.model.path, cfg.learner, cfg.algorithm, dtype=cfg.model.dtype, seed=cfg.seed
     )
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -79,6 +83,13 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
         handles=[pool, gateway, evaluator, generator, learner],
         weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-", dir=shm),
     )
+
+
+def _this_node() -> Any:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
 async def publish_weights(actors: Actors) -> int:

@@ -13,12 +13,12 @@ partial group is never trained. Nothing here knows about a domain.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -30,6 +30,9 @@ from policies.types import SamplingConfig, Trajectory
 from specs.errors import MCPRLError
 
 logger = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT_S = 120.0
+"""Bound on closing an environment's sessions and releasing it (cleanup hooks included)."""
 
 
 class Group(msgspec.Struct, kw_only=True):
@@ -104,10 +107,11 @@ class RolloutPipeline:
     ) -> list[Group]:
         """Every group of this batch (dropped ones included, with their reason)."""
         groups = []
-        async for group in self.stream(tasks, group_size, sampling, limits):
-            groups.append(group)
-            if on_group is not None:
-                on_group(group)
+        async with contextlib.aclosing(self.stream(tasks, group_size, sampling, limits)) as stream:
+            async for group in stream:
+                groups.append(group)
+                if on_group is not None:
+                    on_group(group)
         return groups
 
     async def stream(
@@ -198,7 +202,7 @@ class RolloutPipeline:
             if env is not None:
                 await self._release(env, task, broken)
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def _stage(self, limiter: anyio.CapacityLimiter, name: str) -> AsyncIterator[None]:
         """Hold a worker of stage ``name``; time the queueing and the work separately."""
         queued = time.perf_counter()
@@ -213,14 +217,29 @@ class RolloutPipeline:
                 setattr(self.metrics, busy, getattr(self.metrics, busy) + time.perf_counter() - started)
 
     async def _release(self, env: EnvInfo, task: Any, broken: bool) -> None:
+        """Close the env's MCP sessions, then hand it back to the pool (cleanup hooks, reset or
+        destroy). Shielded from cancellation but bounded; a failure here is logged and counted,
+        never raised into the step: the env is then treated as broken, or left to the pool's
+        shutdown and reaper."""
         started = time.perf_counter()
-        with anyio.CancelScope(shield=True):
+        self._live -= 1
+        with anyio.move_on_after(RELEASE_TIMEOUT_S, shield=True) as scope:
             try:
                 broken = broken or await self._gateway.is_broken(env.env_id)
                 await self._gateway.close(env.env_id)
-            finally:
-                self._live -= 1
+            except Exception:
+                logger.exception("closing the MCP sessions of env %s failed", env.env_id)
+                broken = True
+            try:
                 await self._pool.release(env, task, broken=broken)
+            except Exception:
+                logger.exception("releasing env %s to the pool failed", env.env_id)
+                self.metrics.lose("release_failed")
+        if scope.cancelled_caught:
+            logger.error(
+                "release of env %s took over %.0f s; left to the pool", env.env_id, RELEASE_TIMEOUT_S
+            )
+            self.metrics.lose("release_failed")
         self.metrics.release_s += time.perf_counter() - started
 
 

@@ -88,6 +88,8 @@ async def train(cfg: RunConfig) -> int:
     from policies.scripted import ScriptedEngine
     from policies.tokens import ChatRecorder
     from policies.types import SamplingConfig
+    from specs.check import check_task_semantics
+    from specs.errors import raise_all
     from specs.registry import resolve_import
     from specs.servers import load_server_registry
     from specs.task import load_tasks
@@ -95,14 +97,19 @@ async def train(cfg: RunConfig) -> int:
     run_id = f"{cfg.run_name}-{uuid.uuid4().hex[:6]}"
     train_tasks = TaskStream(load_tasks(cfg.domain.tasks), cfg.seed)
     eval_tasks = load_tasks(cfg.domain.eval_tasks)[: cfg.train.eval_tasks_limit]
-    env_config_for = env_config_resolver(load_server_registry(cfg.domain.servers))
+    registry = load_server_registry(cfg.domain.servers)
+    # Refuse now, not mid-run: unknown servers, ops or hooks, and unset {{VAR}}s.
+    for file, tasks in ((cfg.domain.tasks, train_tasks.tasks), (cfg.domain.eval_tasks, eval_tasks)):
+        raise_all(check_task_semantics(tasks, file, registry, cfg.domain.hook_modules)[0])
+    env_config_for = env_config_resolver(registry)
     for task in [*train_tasks.tasks, *eval_tasks]:
-        env_config_for(task)  # every named server exists and its {{VAR}}s are set: refuse now, not mid-run
+        env_config_for(task)
     expert = resolve_import(cfg.domain.expert) if cfg.warmstart.enabled else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     stop_ids = (tokenizer.eos_token_id,)
 
-    if not ray.is_initialized():
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
         ray.init(address=cfg.ray.address, num_cpus=cfg.ray.num_cpus, log_to_driver=True)
     cleanup = contextlib.AsyncExitStack()
     try:
@@ -149,7 +156,9 @@ async def train(cfg: RunConfig) -> int:
                 )
             trajectories = [t for g in groups for t in g.trajectories]
             reporter.write_trajectories(f"eval_{phase}", trajectories, tokenizer)
-            metrics = episode_metrics(trajectories)
+            lost = [t.status for t in trajectories if t.status != "ok"]
+            # A lost eval episode is a failure of the run, not of the policy: reported, not hidden.
+            metrics = {**episode_metrics(trajectories), "lost": float(len(lost))}
             reporter.log(f"eval/{phase}", step, metrics)
             return metrics
 
@@ -196,6 +205,10 @@ async def train(cfg: RunConfig) -> int:
             trajectories = [t for g in groups for t in g.trajectories]
             reporter.write_trajectories(f"step_{step:04d}", trajectories, tokenizer)
             complete = [g.trajectories for g in groups if g.dropped is None]
+            if not complete:  # systemic, not one bad trajectory: stop rather than train on nothing
+                raise RuntimeError(
+                    f"step {step}: every group was lost ({rollout.metrics.lost}); see the log above"
+                )
             samples = rl_samples(
                 complete,
                 std_normalize=cfg.algorithm.std_normalize,
@@ -237,7 +250,8 @@ async def train(cfg: RunConfig) -> int:
         return 0
     finally:
         await cleanup.aclose()
-        ray.shutdown()
+        if owns_ray:
+            ray.shutdown()
 
 
 def _summary_line(results: dict[str, dict[str, float]]) -> str:

@@ -7,6 +7,7 @@ trajectory's tokens, masks and rollout logprobs exactly as recorded.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 
 from policies.advantages import group_advantages
@@ -38,7 +39,12 @@ def rl_samples(
         std_normalize=std_normalize,
         eps=eps,
     )
-    return [_sample(t, a) for t, a in zip(trajectories, advantages, strict=True) if keep_zero or a != 0.0]
+    return [
+        sample
+        for t, a in zip(trajectories, advantages, strict=True)
+        if keep_zero or a != 0.0
+        for sample in _samples(t, a)
+    ]
 
 
 def demonstration_samples(
@@ -46,11 +52,24 @@ def demonstration_samples(
 ) -> list[TrainSample]:
     """Supervised samples from expert trajectories that succeeded (reward >= ``min_reward``)."""
     return [
-        _sample(t, 0.0)
+        sample
         for t in trajectories
-        if t.status == "ok" and t.reward is not None and t.reward >= min_reward and any(t.trainable)
+        if t.status == "ok" and t.reward is not None and t.reward >= min_reward
+        for sample in _samples(t, 0.0)
     ]
 
 
-def _sample(t: Trajectory, advantage: float) -> TrainSample:
-    return TrainSample(token_ids=t.token_ids, trainable=t.trainable, logprobs=t.logprobs, advantage=advantage)
+def _samples(t: Trajectory, advantage: float) -> list[TrainSample]:
+    """One sample per rendering segment: a segment is a context the model really saw (a template
+    that rewrote history started a new one), so it is scored alone, never after the old one."""
+    bounds = [*t.segment_starts, len(t.token_ids)]
+    return [
+        TrainSample(
+            token_ids=t.token_ids[start:end],
+            trainable=t.trainable[start:end],
+            logprobs=t.logprobs[start:end],
+            advantage=advantage,
+        )
+        for start, end in itertools.pairwise(bounds)
+        if any(t.trainable[start:end])
+    ]

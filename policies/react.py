@@ -117,7 +117,7 @@ async def run_episode(
 
 async def _execute(parsed: Any, tools: ToolCaller, env_id: str, timeout_s: float) -> ToolResult:
     if isinstance(parsed, ToolCallParseError):
-        return ToolResult(text=parsed.message, is_error=True, error_kind="parse_error")
+        return parsed.as_result()
     return await tools.call(env_id, parsed.name, parsed.arguments, timeout_s)
 
 

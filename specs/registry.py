@@ -13,10 +13,11 @@ per process). Hook conventions::
     async def undo(env: EnvHandle, task: TaskSpec, **cleanup_args) -> None: ...
 
     @evaluator("domain.check")
-    async def check(env: EnvHandle, task: TaskSpec, trajectory: Trajectory, **op_args) -> EvalOutcome: ...
+    async def check(env: EnvHandle, task: TaskSpec, trajectory: Trajectory, value, **op_args) -> EvalOutcome: ...
 
 A registered evaluator reads the model's answer from ``trajectory.final_answer`` and the live
-environment through ``env``; the spec's ``func`` chain applies to generic ops only.
+environment through ``env``; it gets the spec's ``value`` (the ground truth, ``None`` when the
+task gives none) and its ``op_args`` as keywords. The ``func`` chain applies to generic ops only.
 """
 
 from __future__ import annotations

@@ -116,3 +116,20 @@ def test_reporter_prints_a_row_per_phase_and_writes_trajectories(tmp_path: Any, 
     }
     record = json.loads(open(path).read())
     assert record["text"] == "1 2 3 4" and record["reward"] == 1.0 and record["trainable"] == [0, 0, 1, 1]
+
+
+def test_each_rendering_segment_becomes_its_own_sample() -> None:
+    t = traj("a", 1.0)
+    t.token_ids, t.trainable, t.logprobs = (
+        [1, 2, 3, 1, 2, 3, 4],
+        [0, 1, 0, 0, 1, 0, 1],
+        [0, -1, 0, 0, -2, 0, -3],
+    )
+    t.segment_starts = [0, 3]
+    first, second = demonstration_samples([t])
+    assert (first.token_ids, first.trainable, first.logprobs) == ([1, 2, 3], [0, 1, 0], [0, -1, 0])
+    assert (second.token_ids, second.trainable, second.logprobs) == (
+        [1, 2, 3, 4],
+        [0, 1, 0, 1],
+        [0, -2, 0, -3],
+    )

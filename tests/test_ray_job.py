@@ -34,7 +34,10 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
         "RAY_AUTH_MODE": "token",
         "WANDB_MODE": "offline",
     }
-    env.pop("RAY_ADDRESS", None)
+    # Not inherited from this process: an in-process Learner of an earlier test set the rendezvous
+    # variables here, and its store still holds MASTER_PORT.
+    for key in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(key, None)
     # The working-dir upload skips .gitignored paths (.cache): name the model and server venv absolutely.
     servers = tmp_path / "servers.json"
     servers.write_text(

@@ -1,0 +1,410 @@
+"""Bubblewrap provisioner: every process of an environment runs in a daemonless namespace sandbox.
+
+An environment is a host directory, laid out and labelled exactly as the local backend's
+(``<root>/<run_id>/<env_id>/{label.json,work,home,tmp}``, default root ``$TMPDIR/mcprl-bwrap-envs``),
+so ``list_owned`` and the pool's reaper work the same way. Nothing runs until the gateway starts a
+server (``stdio_launch``) or a hook or evaluator runs a command (``exec``); each such process gets
+its own fresh ``bwrap`` sandbox, and all of them share the environment's files:
+
+- new mount, pid, network, ipc, uts, user and cgroup namespaces (``--unshare-all``), all
+  capabilities dropped, no new privileges (bwrap always sets it);
+- read-only: ``/usr`` (with ``/bin``, ``/lib``... as on the host), a few ``/etc`` files that
+  programs need (passwd, hosts, ld.so cache, alternatives), the installation the command lives in
+  (its ``bin/..`` prefix, following symlinks, ``#!`` interpreters and a venv's base interpreter:
+  ``.cache/servers/calculator`` *and* ``/root/.pyenv/versions/3.11.7``), and ``ro_binds``;
+- read-write: the environment's ``work`` and ``home`` directories, at the *same paths* as on the
+  host, so ``EnvInfo.workdir`` names the same files on both sides (a fixed ``/work`` would collide
+  with host paths such as a project under ``/work``: bwrap would create the mount points of the
+  read-only binds inside the environment's work dir); ``/tmp`` is a private tmpfs per sandbox;
+- network: only loopback, and each sandbox has its *own* loopback: no egress, no host ports, and
+  two processes of one environment do not share ports either.
+
+This is isolation by Linux namespaces, not a virtual machine: the sandbox shares the host kernel,
+and there are no memory, CPU or pid limits (``EnvConfig.memory_mb``/``cpus``/``pids`` are not
+enforced here; a warning says so). Images (``image``, ``dockerfile_path``) need the docker backend.
+
+Processes are marked as on the local backend (``MCPRL_ENV_ID`` in their environment; children
+inherit it), so ``reset``/``destroy`` find them; killing a sandbox's outer ``bwrap`` takes its whole
+pid namespace down (``--die-with-parent`` kills the namespace's init, and the kernel kills every
+process of a namespace whose init dies). ``--die-with-parent`` also ends every sandbox when the
+process that started it dies, so a crashed gateway leaves none behind. It tracks the parent
+*thread*: start sandboxes from the event loop thread, never from a short-lived worker thread.
+
+No ``--clearenv``: it would force a server's secrets onto bwrap's command line, which any user can
+read in ``/proc/<pid>/cmdline`` and which ``ServerLaunch``'s repr prints. Instead the sandbox
+inherits bwrap's environment, which the caller controls: ``exec`` starts bwrap with the marker
+alone; ``stdio_launch`` returns the server's variables as the launch environment, and its command
+line unsets the few variables the MCP SDK adds (``DEFAULT_INHERITED_ENV_VARS``) and sets ``PATH``,
+``HOME``, ``TMPDIR`` and ``LANG``.
+
+Unlike the local backend, a background process that an ``exec`` leaves running dies when that
+``exec`` returns (its pid namespace ends): a service that must outlive a hook has to be an MCP
+server. A missing command is an ``ExecResult`` with code 1 and bwrap's message, not an exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import msgspec
+import psutil
+
+from actors.errors import EnvError
+from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from actors.provisioners.local import (
+    _KILL_REAP_S,
+    _TIMEOUT_RETURNCODE,
+    ENV_MARKER,
+    LocalProvisioner,
+    _checked_dir,
+    _communicate,
+    _healthy,
+    _killpg,
+    _make_env_dir,
+    _wait_until_gone,
+)
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+_TOP_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Files programs need (user names, localhost, the loader cache, Debian's alternatives); no secrets.
+_ETC_FILES = (
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+    "/etc/localtime",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+)
+# What the MCP SDK's stdio client adds to a server's environment on POSIX
+# (``mcp.client.stdio.DEFAULT_INHERITED_ENV_VARS``; the tests pin that none of it leaks in).
+_SDK_INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+_HEALTH_TIMEOUT_S = 10.0
+
+
+def default_root() -> Path:
+    return Path(tempfile.gettempdir()) / "mcprl-bwrap-envs"
+
+
+class BwrapProvisioner(LocalProvisioner):
+    """Environments as host dirs (the local layout); every process in its own bubblewrap sandbox.
+
+    ``ro_binds`` (host paths, bound read-only at the same path) and ``tmp_size_mb`` (the size cap of
+    each sandbox's ``/tmp``) are recorded in the ``EnvInfo`` at ``create``, so a default
+    ``BwrapProvisioner()`` in another process (the gateway's, through ``make_provisioner``) builds
+    the same sandboxes."""
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        ro_binds: Sequence[str] = (),
+        tmp_size_mb: int = 1024,
+    ) -> None:
+        super().__init__(root if root is not None else default_root())
+        self.ro_binds = tuple(os.path.abspath(p) for p in ro_binds)
+        self.tmp_size_mb = tmp_size_mb
+
+    async def create(self, config: EnvConfig, run_id: str) -> EnvInfo:
+        bwrap_path()  # fail at create, with the fix, rather than at the first server start
+        refused = {
+            k: v for k, v in (("image", config.image), ("dockerfile_path", config.dockerfile_path)) if v
+        }
+        if refused:
+            raise EnvError(f"bwrap backend cannot run container images ({refused}); use the docker backend")
+        if config.network:
+            raise EnvError("bwrap backend has no network egress (EnvConfig.network=True); use docker")
+        unenforced = {k: v for k in ("memory_mb", "cpus", "pids") if (v := getattr(config, k)) is not None}
+        if unenforced:
+            logger.warning("bwrap backend does not enforce resource limits %s", unenforced)
+        env_id = uuid.uuid4().hex[:12]
+        env_dir = self.root / run_id / env_id
+        me = psutil.Process()
+        info = EnvInfo(
+            env_id=env_id,
+            run_id=run_id,
+            backend=self.name,
+            key=config.key(),
+            workdir=str(env_dir / "work"),
+            created_at=time.time(),
+            data={
+                "env_dir": str(env_dir),
+                "owner_pid": me.pid,
+                "owner_started": me.create_time(),
+                "ro_binds": list(self.ro_binds),
+                "tmp_size_mb": self.tmp_size_mb,
+            },
+        )
+        try:
+            await anyio.to_thread.run_sync(_make_env_dir, env_dir, msgspec.json.encode(info))
+        except OSError as e:
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(env_dir, ignore_errors=True))
+            raise EnvError(f"bwrap env {env_id}: cannot create {env_dir}: {e}") from e
+        return info
+
+    async def reset(self, env: EnvInfo) -> None:
+        await anyio.to_thread.run_sync(kill_env_processes, env.env_id)
+        await super().reset(env)
+
+    async def health_check(self, env: EnvInfo) -> bool:
+        """The directories are intact and a sandbox still starts (namespaces can run out)."""
+        if not await anyio.to_thread.run_sync(_healthy, env):
+            return False
+        try:
+            result = await self.exec(env, ["true"], timeout_s=_HEALTH_TIMEOUT_S)
+        except (EnvError, OSError):
+            logger.exception("health check of bwrap env %s failed", env.env_id)
+            return False
+        if result.returncode != 0:
+            logger.warning("bwrap env %s: a sandbox did not start: %s", env.env_id, result.stderr.strip())
+        return result.returncode == 0
+
+    async def destroy(self, env: EnvInfo) -> None:
+        await anyio.to_thread.run_sync(kill_env_processes, env.env_id)
+        await super().destroy(env)
+
+    async def list_owned(self, run_id: str | None = None) -> list[EnvInfo]:
+        return [env for env in await super().list_owned(run_id) if env.backend == self.name]
+
+    async def exec(
+        self, env: EnvInfo, argv: list[str], *, stdin: bytes | None = None, timeout_s: float = 60.0
+    ) -> ExecResult:
+        """Run ``argv`` in a fresh sandbox of the environment, in its workdir; on timeout kill the
+        sandbox (its whole pid namespace) and return code 124 with a note on stderr."""
+        if not argv:
+            raise EnvError(f"bwrap env {env.env_id}: exec needs a command, got an empty argv")
+        await anyio.to_thread.run_sync(_checked_dir, env)
+        args = await anyio.to_thread.run_sync(sandbox_args, env, argv[0], env.workdir, {})
+        command = [bwrap_path(), *args, "--", *argv]
+        process = await anyio.open_process(
+            command,
+            cwd=env.workdir,
+            env={ENV_MARKER: env.env_id},  # bwrap's environment becomes the sandbox's: nothing of ours
+            start_new_session=True,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        )
+        out, err = bytearray(), bytearray()
+        timed_out = True
+        async with process:
+            try:
+                with anyio.move_on_after(timeout_s):
+                    await _communicate(process, stdin, out, err)
+                    timed_out = False
+            finally:
+                if timed_out:  # the deadline, or our caller was cancelled: kill the whole sandbox
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_REAP_S):
+                        await anyio.to_thread.run_sync(kill_tree, process.pid)
+                        await process.wait()
+        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        if timed_out:
+            note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
+            return ExecResult(returncode=_TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
+        code = process.returncode if process.returncode is not None else -9
+        return ExecResult(returncode=code, stdout=stdout, stderr=stderr)
+
+    def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
+        """``bwrap <sandbox> -- <server command>``; the server's variables travel in the launch's
+        environment (never on the command line), with the env marker added."""
+        cwd = str(Path(env.workdir) / server.cwd) if server.cwd else env.workdir
+        args = sandbox_args(env, server.command, cwd, server.env)
+        return ServerLaunch(
+            name=server.name,
+            command=bwrap_path(),
+            args=(*args, "--", server.command, *server.args),
+            env=dict(server.env) | {ENV_MARKER: env.env_id},
+            cwd=env.workdir,
+        )
+
+
+@functools.cache  # a failure raises, and is not cached: installing bwrap later works
+def bwrap_path() -> str:
+    found = shutil.which("bwrap")
+    if found is None:
+        raise EnvError(
+            "bwrap backend: the `bwrap` executable is not on PATH; install bubblewrap "
+            "(Debian/Ubuntu: apt-get install bubblewrap)"
+        )
+    return found
+
+
+def sandbox_args(env: EnvInfo, command: str, cwd: str, own_env: dict[str, str]) -> list[str]:
+    """bwrap's options (everything before ``--``) for running ``command`` inside ``env``.
+
+    Order matters: a later mount hides what an earlier one put below it, so ``/tmp`` (tmpfs) comes
+    before every bind (environments live under ``/tmp`` by default), and the writable environment
+    dirs come last (they stay writable even below a read-only bind)."""
+    env_dir = Path(env.data.get("env_dir", ""))
+    home, work = str(env_dir / "home"), env.workdir
+    size = int(env.data.get("tmp_size_mb", 1024)) * 1024 * 1024
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += [*(["--size", str(size)] if _has_tmpfs_size() else []), "--tmpfs", "/tmp"]
+    system_args, covered = _system_binds()
+    args += system_args
+    host_cwd = cwd if os.path.isabs(cwd) else os.path.join(work, cwd)
+    for root in _outermost([*install_roots(command, host_cwd), *map(Path, env.data.get("ro_binds", []))]):
+        if root == env_dir or root in env_dir.parents:  # would show every other environment's files
+            logger.warning("bwrap env %s: not binding %s, it contains the environment", env.env_id, root)
+        elif not any(root == c or c in root.parents for c in (*covered, Path(work), Path(home))):
+            args += ["--ro-bind", str(root), str(root)]
+    args += ["--bind", work, work, "--bind", home, home, "--chdir", cwd]
+    sandbox_env = {"PATH": SANDBOX_PATH, "HOME": home, "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+    for name in _SDK_INHERITED:
+        if name not in own_env and name not in sandbox_env:
+            args += ["--unsetenv", name]
+    for name, value in (sandbox_env | {ENV_MARKER: env.env_id}).items():
+        if name not in own_env or name == ENV_MARKER:
+            args += ["--setenv", name, value]
+    return args
+
+
+@functools.cache
+def _has_tmpfs_size() -> bool:
+    """bwrap >= 0.8 caps a tmpfs with ``--size``; older ones (Ubuntu 22.04: 0.6) refuse the option."""
+    shown = subprocess.run([bwrap_path(), "--help"], capture_output=True, text=True, timeout=10, check=False)
+    return "--size" in shown.stdout + shown.stderr
+
+
+@functools.cache
+def _system_binds() -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """bwrap options for the host's system files, and the paths they make visible.
+
+    ``/bin``, ``/lib``... are symlinks into ``/usr`` on merged-usr systems and real directories on
+    older ones: mirror whichever the host has."""
+    args: list[str] = ["--ro-bind", "/usr", "/usr"]
+    covered = [Path("/usr")]
+    for top in _TOP_DIRS:
+        path = Path(top)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            args += ["--ro-bind", top, top]
+        covered.append(path)
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", name, name]
+        covered.append(Path(name))
+    return tuple(args), tuple(covered)
+
+
+def install_roots(command: str, cwd: str) -> list[Path]:
+    """Host directories ``command`` needs to run: the installation prefix (``bin/..``) of the
+    command, of each symlink it resolves through, of its ``#!`` interpreter, and a virtual
+    environment's base installation (``home`` in ``pyvenv.cfg``). A bare name is found through the
+    sandbox's ``PATH`` inside the system binds, so it needs none."""
+    if "/" not in command:
+        return []
+    todo = [Path(os.path.abspath(os.path.join(cwd, command)))]
+    seen: set[Path] = set()
+    roots: list[Path] = []
+    while todo and len(seen) < 32:  # a symlink loop must not hang a server start
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        roots.append(_prefix(path))
+        if path.is_symlink():
+            todo.append(Path(os.path.abspath(os.path.join(path.parent, os.readlink(path)))))
+        todo.extend(_venv_base(_prefix(path)) + _shebang(path))
+    return [root for root in roots if root.exists() and root != Path("/")]
+
+
+def _prefix(path: Path) -> Path:
+    """``/opt/py/bin/python`` -> ``/opt/py``, unless that would bind a whole home directory."""
+    if path.parent.name not in ("bin", "sbin"):
+        return path.parent
+    prefix = path.parent.parent
+    too_broad = prefix in (Path("/"), Path("/home"), Path.home()) or prefix.parent == Path("/home")
+    return path.parent if too_broad else prefix
+
+
+def _venv_base(prefix: Path) -> list[Path]:
+    try:
+        lines = (prefix / "pyvenv.cfg").read_text().splitlines()
+    except OSError:
+        return []
+    homes = [line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"]
+    return [Path(home) / "python3" for home in homes if os.path.isabs(home)]
+
+
+def _shebang(path: Path) -> list[Path]:
+    """The absolute interpreter of a ``#!`` script (``#!/usr/bin/env x`` needs nothing more)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(256)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+    return [Path(words[0])] if words and os.path.isabs(words[0]) else []
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """Sorted, without duplicates and without paths inside another one of the list."""
+    kept: list[Path] = []
+    for path in sorted(set(paths)):
+        if not any(k == path or k in path.parents for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _marked_and_descendants(env_id: str) -> list[psutil.Process]:
+    me = os.getpid()
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(ENV_MARKER) == env_id:
+                # A sandboxed process may clear its environment; as a descendant of a marked
+                # bwrap it is found anyway.
+                found.update({p.pid: p for p in [proc, *proc.children(recursive=True)]})
+        except (psutil.Error, OSError):
+            continue  # gone, a zombie, or not ours to read
+    return list(found.values())
+
+
+def kill_env_processes(env_id: str) -> int:
+    """SIGKILL every sandbox of the environment and all it contains; wait (bounded) until gone."""
+    victims = _marked_and_descendants(env_id)
+    _kill_all(victims)
+    return len(victims)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` (an outer bwrap, leader of its own group) and its descendants; wait until gone.
+
+    The namespace's init is among them, and the kernel lets it finish dying only once every other
+    process of its namespace is dead, so its death means the sandbox is empty."""
+    try:
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        victims = []
+    _killpg(pid)
+    _kill_all(victims)
+
+
+def _kill_all(victims: list[psutil.Process]) -> None:
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    _wait_until_gone(victims)
