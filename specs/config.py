@@ -45,8 +45,9 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 class EnvPoolConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    backend: Literal["local"] = "local"
-    """Provisioner backend (``local``: subprocesses in a temp dir, no isolation)."""
+    backend: Literal["local", "bwrap"] = "local"
+    """Provisioner backend: ``local`` (subprocesses in a temp dir, no isolation, development only) or
+    ``bwrap`` (daemonless bubblewrap sandbox: own mount/pid/net namespaces, no egress, no resource limits)."""
     max_live: int = 8
     """Most environments alive at once; bounds host memory and processes."""
     reuse: bool = True

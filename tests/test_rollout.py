@@ -8,6 +8,7 @@ over stdio, token-exact recording, MCP-Universe evaluators against the live envi
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from transformers import AutoTokenizer
 from actors.env_pool import EnvPool
 from actors.evaluator import Evaluator
 from actors.mcp_gateway import McpGateway
+from actors.provisioners.bwrap import BwrapProvisioner
 from actors.provisioners.local import LocalProvisioner
 from actors.rollout import RolloutPipeline, env_config_resolver
 from policies.batch import demonstration_samples, rl_samples
@@ -57,8 +59,12 @@ async def run_pipeline(
     *,
     evaluator: Any = None,
     servers: Path = DOMAIN / "servers.json",
+    backend: str = "local",
 ) -> tuple[list[Any], RolloutPipeline, EnvPool]:
-    pool = EnvPool(LocalProvisioner(tmp_path / "envs"), "test-run", max_live=3)
+    provisioner = (
+        BwrapProvisioner(tmp_path / "envs") if backend == "bwrap" else LocalProvisioner(tmp_path / "envs")
+    )
+    pool = EnvPool(provisioner, "test-run", max_live=3)
     async with McpGateway.running() as gateway:
         pipeline = RolloutPipeline(
             pool=pool,
@@ -79,12 +85,19 @@ async def run_pipeline(
     return groups, pipeline, pool
 
 
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "local",
+        pytest.param("bwrap", marks=pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bubblewrap")),
+    ],
+)
 async def test_expert_groups_run_end_to_end_and_score_one(
-    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     monkeypatch.chdir(REPO)
     tasks = load_tasks(DOMAIN / "tasks" / "train.json")[:2]
-    groups, pipeline, pool = await run_pipeline(tmp_path, tokenizer, tasks, group_size=2)
+    groups, pipeline, pool = await run_pipeline(tmp_path, tokenizer, tasks, group_size=2, backend=backend)
     assert sorted(g.task_id for g in groups) == sorted(t.instance_id for t in tasks)
     trajectories = [t for g in groups for t in g.trajectories]
     assert all(g.dropped is None for g in groups)

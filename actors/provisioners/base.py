@@ -129,9 +129,13 @@ class EnvHandle:
 
 
 def make_provisioner(backend: str) -> Provisioner:
-    """The provisioner for a backend name (``local``; ``bwrap`` and ``docker`` come later)."""
+    """The provisioner for a backend name (``local``, ``bwrap``; ``docker`` comes later)."""
     if backend == "local":
         from actors.provisioners.local import LocalProvisioner
 
         return LocalProvisioner()
-    raise ValueError(f"unknown provisioner backend {backend!r}; expected one of: local")
+    if backend == "bwrap":
+        from actors.provisioners.bwrap import BwrapProvisioner
+
+        return BwrapProvisioner()
+    raise ValueError(f"unknown provisioner backend {backend!r}; expected one of: local, bwrap")

@@ -1,7 +1,8 @@
 """Bubblewrap provisioner: every process of an environment runs in a daemonless namespace sandbox.
 
 An environment is a host directory, laid out and labelled exactly as the local backend's
-(``<root>/<run_id>/<env_id>/{label.json,work,home,tmp}``, default root ``$TMPDIR/mcprl-bwrap-envs``),
+(``<root>/<run_id>/<env_id>/{label.json,work,home,tmp}``, default root ``$TMPDIR/mcprl-bwrap-envs``;
+``tmp`` stays unused: each sandbox gets a private ``/tmp``),
 so ``list_owned`` and the pool's reaper work the same way. Nothing runs until the gateway starts a
 server (``stdio_launch``) or a hook or evaluator runs a command (``exec``); each such process gets
 its own fresh ``bwrap`` sandbox, and all of them share the environment's files:
@@ -26,15 +27,17 @@ enforced here; a warning says so). Images (``image``, ``dockerfile_path``) need 
 Processes are marked as on the local backend (``MCPRL_ENV_ID`` in their environment; children
 inherit it), so ``reset``/``destroy`` find them; killing a sandbox's outer ``bwrap`` takes its whole
 pid namespace down (``--die-with-parent`` kills the namespace's init, and the kernel kills every
-process of a namespace whose init dies). ``--die-with-parent`` also ends every sandbox when the
-process that started it dies, so a crashed gateway leaves none behind. It tracks the parent
-*thread*: start sandboxes from the event loop thread, never from a short-lived worker thread.
+process of a namespace whose init dies). ``--die-with-parent`` also ends a sandbox when the
+process that started it dies, so a crashed gateway leaves none behind, with one gap seen here: an
+owner that dies within milliseconds of the spawn (before bwrap armed the signal in its child) can
+orphan the sandbox; it still carries the marker, so the reaper's ``destroy`` kills it. The signal
+tracks the parent *thread*: start sandboxes from the event loop thread, never a worker thread.
 
 No ``--clearenv``: it would force a server's secrets onto bwrap's command line, which any user can
 read in ``/proc/<pid>/cmdline`` and which ``ServerLaunch``'s repr prints. Instead the sandbox
 inherits bwrap's environment, which the caller controls: ``exec`` starts bwrap with the marker
 alone; ``stdio_launch`` returns the server's variables as the launch environment, and its command
-line unsets the few variables the MCP SDK adds (``DEFAULT_INHERITED_ENV_VARS``) and sets ``PATH``,
+line unsets the few variables the MCP SDK's stdio client adds and sets ``PATH``,
 ``HOME``, ``TMPDIR`` and ``LANG``.
 
 Unlike the local backend, a background process that an ``exec`` leaves running dies when that
@@ -62,16 +65,16 @@ import psutil
 from actors.errors import EnvError
 from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.local import (
-    _KILL_REAP_S,
-    _TIMEOUT_RETURNCODE,
     ENV_MARKER,
+    KILL_REAP_S,
+    TIMEOUT_RETURNCODE,
     LocalProvisioner,
-    _checked_dir,
-    _communicate,
-    _healthy,
-    _killpg,
-    _make_env_dir,
-    _wait_until_gone,
+    checked_dir,
+    communicate,
+    dir_healthy,
+    killpg,
+    make_env_dir,
+    wait_until_gone,
 )
 
 logger = logging.getLogger(__name__)
@@ -152,7 +155,7 @@ class BwrapProvisioner(LocalProvisioner):
             },
         )
         try:
-            await anyio.to_thread.run_sync(_make_env_dir, env_dir, msgspec.json.encode(info))
+            await anyio.to_thread.run_sync(make_env_dir, env_dir, msgspec.json.encode(info))
         except OSError as e:
             await anyio.to_thread.run_sync(lambda: shutil.rmtree(env_dir, ignore_errors=True))
             raise EnvError(f"bwrap env {env_id}: cannot create {env_dir}: {e}") from e
@@ -164,7 +167,7 @@ class BwrapProvisioner(LocalProvisioner):
 
     async def health_check(self, env: EnvInfo) -> bool:
         """The directories are intact and a sandbox still starts (namespaces can run out)."""
-        if not await anyio.to_thread.run_sync(_healthy, env):
+        if not await anyio.to_thread.run_sync(dir_healthy, env):
             return False
         try:
             result = await self.exec(env, ["true"], timeout_s=_HEALTH_TIMEOUT_S)
@@ -189,7 +192,7 @@ class BwrapProvisioner(LocalProvisioner):
         sandbox (its whole pid namespace) and return code 124 with a note on stderr."""
         if not argv:
             raise EnvError(f"bwrap env {env.env_id}: exec needs a command, got an empty argv")
-        await anyio.to_thread.run_sync(_checked_dir, env)
+        await anyio.to_thread.run_sync(checked_dir, env)
         args = await anyio.to_thread.run_sync(sandbox_args, env, argv[0], env.workdir, {})
         command = [bwrap_path(), *args, "--", *argv]
         process = await anyio.open_process(
@@ -204,17 +207,17 @@ class BwrapProvisioner(LocalProvisioner):
         async with process:
             try:
                 with anyio.move_on_after(timeout_s):
-                    await _communicate(process, stdin, out, err)
+                    await communicate(process, stdin, out, err)
                     timed_out = False
             finally:
                 if timed_out:  # the deadline, or our caller was cancelled: kill the whole sandbox
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_REAP_S):
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_REAP_S):
                         await anyio.to_thread.run_sync(kill_tree, process.pid)
                         await process.wait()
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
         if timed_out:
             note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
-            return ExecResult(returncode=_TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
+            return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
         code = process.returncode if process.returncode is not None else -9
         return ExecResult(returncode=code, stdout=stdout, stderr=stderr)
 
@@ -397,7 +400,7 @@ def kill_tree(pid: int) -> None:
         victims = [root, *root.children(recursive=True)]
     except psutil.Error:
         victims = []
-    _killpg(pid)
+    killpg(pid)
     _kill_all(victims)
 
 
@@ -407,4 +410,4 @@ def _kill_all(victims: list[psutil.Process]) -> None:
             proc.kill()
         except psutil.Error:
             pass
-    _wait_until_gone(victims)
+    wait_until_gone(victims)

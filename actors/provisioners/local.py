@@ -46,8 +46,8 @@ logger = logging.getLogger(__name__)
 ENV_MARKER = "MCPRL_ENV_ID"
 """Environment variable that tags every process started inside an environment."""
 _SUBDIRS = ("work", "home", "tmp")
-_TIMEOUT_RETURNCODE = 124  # what coreutils' timeout(1) returns, so callers can tell a deadline
-_KILL_REAP_S = 5.0  # after SIGKILL the kernel needs only a moment; bound it anyway
+TIMEOUT_RETURNCODE = 124  # what coreutils' timeout(1) returns, so callers can tell a deadline
+KILL_REAP_S = 5.0  # after SIGKILL the kernel needs only a moment; bound it anyway
 
 
 def default_root() -> Path:
@@ -76,14 +76,14 @@ class LocalProvisioner:
             data={"env_dir": str(env_dir), "owner_pid": me.pid, "owner_started": me.create_time()},
         )
         try:
-            await anyio.to_thread.run_sync(_make_env_dir, env_dir, msgspec.json.encode(info))
+            await anyio.to_thread.run_sync(make_env_dir, env_dir, msgspec.json.encode(info))
         except OSError as e:
             await anyio.to_thread.run_sync(lambda: shutil.rmtree(env_dir, ignore_errors=True))
             raise EnvError(f"local env {env_id}: cannot create {env_dir}: {e}") from e
         return info
 
     async def reset(self, env: EnvInfo) -> None:
-        env_dir = await anyio.to_thread.run_sync(_checked_dir, env)
+        env_dir = await anyio.to_thread.run_sync(checked_dir, env)
         await anyio.to_thread.run_sync(kill_marked_processes, env.env_id)
 
         def wipe() -> None:
@@ -97,7 +97,7 @@ class LocalProvisioner:
             raise EnvError(f"local env {env.env_id}: reset of {env_dir} failed: {e}") from e
 
     async def health_check(self, env: EnvInfo) -> bool:
-        return await anyio.to_thread.run_sync(_healthy, env)
+        return await anyio.to_thread.run_sync(dir_healthy, env)
 
     async def destroy(self, env: EnvInfo) -> None:
         await anyio.to_thread.run_sync(kill_marked_processes, env.env_id)
@@ -111,7 +111,7 @@ class LocalProvisioner:
     ) -> ExecResult:
         """Run ``argv`` in the workdir in its own process group; on timeout kill the whole group and
         return code 124 (as ``timeout(1)`` does) with a note on stderr."""
-        await anyio.to_thread.run_sync(_checked_dir, env)
+        await anyio.to_thread.run_sync(checked_dir, env)
         process = await anyio.open_process(
             argv,
             cwd=env.workdir,
@@ -124,19 +124,19 @@ class LocalProvisioner:
         async with process:  # closes the pipes and the transport however we leave
             try:
                 with anyio.move_on_after(timeout_s):
-                    await _communicate(process, stdin, out, err)
+                    await communicate(process, stdin, out, err)
                     timed_out = False
             finally:
                 if timed_out:  # the deadline, or our caller was cancelled: kill the whole group
-                    _killpg(process.pid)
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_REAP_S):
+                    killpg(process.pid)
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_REAP_S):
                         await process.wait()
                         # SIGKILL lands asynchronously: return only once the group is gone.
                         await anyio.to_thread.run_sync(_wait_group_gone, process.pid)
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
         if timed_out:
             note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
-            return ExecResult(returncode=_TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
+            return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
         code = process.returncode if process.returncode is not None else -signal.SIGKILL
         return ExecResult(returncode=code, stdout=stdout, stderr=stderr)
 
@@ -157,21 +157,21 @@ def _process_environ(env: EnvInfo, base: dict[str, str]) -> dict[str, str]:
     return base | {"HOME": str(env_dir / "home"), "TMPDIR": str(env_dir / "tmp"), ENV_MARKER: env.env_id}
 
 
-def _checked_dir(env: EnvInfo) -> Path:
+def checked_dir(env: EnvInfo) -> Path:
     """The environment's directory, after checking that it really is this environment."""
     env_dir = Path(env.data.get("env_dir", ""))
     try:
         label = msgspec.json.decode((env_dir / "label.json").read_bytes(), type=EnvInfo)
     except (OSError, msgspec.DecodeError) as e:
-        raise EnvError(f"local env {env.env_id}: no readable label in {env_dir!s}: {e}") from e
+        raise EnvError(f"{env.backend} env {env.env_id}: no readable label in {env_dir!s}: {e}") from e
     if label.env_id != env.env_id:
         raise EnvError(
-            f"local env {env.env_id}: {env_dir} is labelled {label.env_id!r}, expected {env.env_id!r}"
+            f"{env.backend} env {env.env_id}: {env_dir} is labelled {label.env_id!r}, expected {env.env_id!r}"
         )
     return env_dir
 
 
-def _make_env_dir(env_dir: Path, label: bytes) -> None:
+def make_env_dir(env_dir: Path, label: bytes) -> None:
     for sub in _SUBDIRS:
         (env_dir / sub).mkdir(parents=True)
     # Written last and atomically: a label on disk means a complete environment.
@@ -180,7 +180,7 @@ def _make_env_dir(env_dir: Path, label: bytes) -> None:
     tmp.rename(env_dir / "label.json")
 
 
-def _healthy(env: EnvInfo) -> bool:
+def dir_healthy(env: EnvInfo) -> bool:
     env_dir, work = Path(env.data.get("env_dir", "")), Path(env.workdir)
     return (env_dir / "label.json").is_file() and work.is_dir() and os.access(work, os.W_OK | os.X_OK)
 
@@ -189,7 +189,7 @@ def _remove_env_dir(env: EnvInfo) -> None:
     env_dir = Path(env.data.get("env_dir", ""))
     if not (env_dir / "label.json").is_file():
         return  # already gone (idempotent), or not an environment: never rm -rf a stranger's dir
-    _checked_dir(env)
+    checked_dir(env)
     shutil.rmtree(env_dir)
     try:
         env_dir.parent.rmdir()  # the run dir, once its last environment is gone
@@ -208,7 +208,7 @@ def _read_labels(root: Path, run_id: str | None) -> list[EnvInfo]:
     return found
 
 
-async def _communicate(
+async def communicate(
     process: anyio.abc.Process, stdin: bytes | None, out: bytearray, err: bytearray
 ) -> None:
     async def drain(stream: anyio.abc.ByteReceiveStream | None, buf: bytearray) -> None:
@@ -228,7 +228,7 @@ async def _communicate(
         await process.wait()
 
 
-def _killpg(pgid: int) -> None:
+def killpg(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -252,7 +252,7 @@ def kill_marked_processes(env_id: str) -> int:
             proc.kill()
         except psutil.Error:
             pass
-    _wait_until_gone(victims)
+    wait_until_gone(victims)
     return len(victims)
 
 
@@ -264,14 +264,14 @@ def _wait_group_gone(pgid: int) -> None:
                 members.append(proc)
         except OSError:
             continue
-    _wait_until_gone(members)
+    wait_until_gone(members)
 
 
-def _wait_until_gone(procs: list[psutil.Process]) -> None:
+def wait_until_gone(procs: list[psutil.Process]) -> None:
     """Bounded wait until every process is dead. Polls instead of psutil.wait_procs: waitpid on our
     own children would steal the exit status from the event loop's child watcher. A zombie is dead
     enough: it holds no files and runs no code."""
-    deadline = time.monotonic() + _KILL_REAP_S
+    deadline = time.monotonic() + KILL_REAP_S
     while any(_running(p) for p in procs) and time.monotonic() < deadline:
         time.sleep(0.01)
 
