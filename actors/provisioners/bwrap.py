@@ -53,13 +53,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
-import msgspec
 import psutil
 
 from actors.errors import EnvError
@@ -73,7 +71,6 @@ from actors.provisioners.local import (
     communicate,
     dir_healthy,
     killpg,
-    make_env_dir,
     wait_until_gone,
 )
 
@@ -136,30 +133,10 @@ class BwrapProvisioner(LocalProvisioner):
         unenforced = {k: v for k in ("memory_mb", "cpus", "pids") if (v := getattr(config, k)) is not None}
         if unenforced:
             logger.warning("bwrap backend does not enforce resource limits %s", unenforced)
-        env_id = uuid.uuid4().hex[:12]
-        env_dir = self.root / run_id / env_id
-        me = psutil.Process()
-        info = EnvInfo(
-            env_id=env_id,
-            run_id=run_id,
-            backend=self.name,
-            key=config.key(),
-            workdir=str(env_dir / "work"),
-            created_at=time.time(),
-            data={
-                "env_dir": str(env_dir),
-                "owner_pid": me.pid,
-                "owner_started": me.create_time(),
-                "ro_binds": list(self.ro_binds),
-                "tmp_size_mb": self.tmp_size_mb,
-            },
-        )
-        try:
-            await anyio.to_thread.run_sync(make_env_dir, env_dir, msgspec.json.encode(info))
-        except OSError as e:
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(env_dir, ignore_errors=True))
-            raise EnvError(f"bwrap env {env_id}: cannot create {env_dir}: {e}") from e
-        return info
+        return await super().create(config, run_id)
+
+    def _env_data(self) -> dict[str, Any]:
+        return {"ro_binds": list(self.ro_binds), "tmp_size_mb": self.tmp_size_mb}
 
     async def reset(self, env: EnvInfo) -> None:
         await anyio.to_thread.run_sync(kill_env_processes, env.env_id)

@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -73,14 +74,23 @@ class LocalProvisioner:
             key=config.key(),
             workdir=str(env_dir / "work"),
             created_at=time.time(),
-            data={"env_dir": str(env_dir), "owner_pid": me.pid, "owner_started": me.create_time()},
+            data={
+                "env_dir": str(env_dir),
+                "owner_pid": me.pid,
+                "owner_started": me.create_time(),
+                **self._env_data(),
+            },
         )
         try:
             await anyio.to_thread.run_sync(make_env_dir, env_dir, msgspec.json.encode(info))
         except OSError as e:
             await anyio.to_thread.run_sync(lambda: shutil.rmtree(env_dir, ignore_errors=True))
-            raise EnvError(f"local env {env_id}: cannot create {env_dir}: {e}") from e
+            raise EnvError(f"{self.name} env {env_id}: cannot create {env_dir}: {e}") from e
         return info
+
+    def _env_data(self) -> dict[str, Any]:
+        """Backend settings recorded in ``EnvInfo.data``, so any process acts on the env alike."""
+        return {}
 
     async def reset(self, env: EnvInfo) -> None:
         env_dir = await anyio.to_thread.run_sync(checked_dir, env)
