@@ -64,13 +64,11 @@ from actors.errors import EnvError
 from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.local import (
     ENV_MARKER,
-    KILL_REAP_S,
-    TIMEOUT_RETURNCODE,
     LocalProvisioner,
     checked_dir,
-    communicate,
     dir_healthy,
     killpg,
+    run_with_deadline,
     wait_until_gone,
 )
 
@@ -172,31 +170,15 @@ class BwrapProvisioner(LocalProvisioner):
         await anyio.to_thread.run_sync(checked_dir, env)
         args = await anyio.to_thread.run_sync(sandbox_args, env, argv[0], env.workdir, {})
         command = [bwrap_path(), *args, "--", *argv]
-        process = await anyio.open_process(
+        return await run_with_deadline(
             command,
-            cwd=env.workdir,
-            env={ENV_MARKER: env.env_id},  # bwrap's environment becomes the sandbox's: nothing of ours
-            start_new_session=True,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            env=env,
+            environ={ENV_MARKER: env.env_id},  # bwrap's environment becomes the sandbox's: nothing of ours
+            stdin=stdin,
+            timeout_s=timeout_s,
+            kill=kill_tree,  # the sandbox's whole pid namespace
+            name=argv[0],
         )
-        out, err = bytearray(), bytearray()
-        timed_out = True
-        async with process:
-            try:
-                with anyio.move_on_after(timeout_s):
-                    await communicate(process, stdin, out, err)
-                    timed_out = False
-            finally:
-                if timed_out:  # the deadline, or our caller was cancelled: kill the whole sandbox
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_REAP_S):
-                        await anyio.to_thread.run_sync(kill_tree, process.pid)
-                        await process.wait()
-        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
-        if timed_out:
-            note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
-            return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
-        code = process.returncode if process.returncode is not None else -9
-        return ExecResult(returncode=code, stdout=stdout, stderr=stderr)
 
     def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
         """``bwrap <sandbox> -- <server command>``; the server's variables travel in the launch's

@@ -31,6 +31,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,33 +123,14 @@ class LocalProvisioner:
         """Run ``argv`` in the workdir in its own process group; on timeout kill the whole group and
         return code 124 (as ``timeout(1)`` does) with a note on stderr."""
         await anyio.to_thread.run_sync(checked_dir, env)
-        process = await anyio.open_process(
+        return await run_with_deadline(
             argv,
-            cwd=env.workdir,
-            env=_process_environ(env, dict(os.environ)),
-            start_new_session=True,  # its own group, so a deadline kills its children too
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            env=env,
+            environ=_process_environ(env, dict(os.environ)),
+            stdin=stdin,
+            timeout_s=timeout_s,
+            kill=kill_group,
         )
-        out, err = bytearray(), bytearray()
-        timed_out = True
-        async with process:  # closes the pipes and the transport however we leave
-            try:
-                with anyio.move_on_after(timeout_s):
-                    await communicate(process, stdin, out, err)
-                    timed_out = False
-            finally:
-                if timed_out:  # the deadline, or our caller was cancelled: kill the whole group
-                    killpg(process.pid)
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_REAP_S):
-                        await process.wait()
-                        # SIGKILL lands asynchronously: return only once the group is gone.
-                        await anyio.to_thread.run_sync(_wait_group_gone, process.pid)
-        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
-        if timed_out:
-            note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
-            return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
-        code = process.returncode if process.returncode is not None else -signal.SIGKILL
-        return ExecResult(returncode=code, stdout=stdout, stderr=stderr)
 
     def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
         """The server's own command, run on the host with cwd in the workdir (NO isolation)."""
@@ -264,6 +246,54 @@ def kill_marked_processes(env_id: str) -> int:
             pass
     wait_until_gone(victims)
     return len(victims)
+
+
+async def run_with_deadline(
+    command: list[str],
+    *,
+    env: EnvInfo,
+    environ: dict[str, str],
+    stdin: bytes | None,
+    timeout_s: float,
+    kill: Callable[[int], None],
+    name: str | None = None,
+) -> ExecResult:
+    """Run ``command`` in the env's workdir as the leader of a new process group. On the deadline
+    (or if the caller is cancelled) ``kill(pid)`` takes down everything it started and returns once
+    it is gone; the result is then code 124 (as ``timeout(1)``) with a note on stderr."""
+    process = await anyio.open_process(
+        command,
+        cwd=env.workdir,
+        env=environ,
+        start_new_session=True,  # its own group, so a deadline kills its children too
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+    )
+    out, err = bytearray(), bytearray()
+    timed_out = True
+    async with process:  # closes the pipes and the transport however we leave
+        try:
+            with anyio.move_on_after(timeout_s):
+                await communicate(process, stdin, out, err)
+                timed_out = False
+        finally:
+            if timed_out:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_REAP_S):
+                    await anyio.to_thread.run_sync(kill, process.pid)
+                    await process.wait()
+    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    if timed_out:
+        note = (
+            f"[mcprl] killed {name or command[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
+        )
+        return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
+    code = process.returncode if process.returncode is not None else -signal.SIGKILL
+    return ExecResult(returncode=code, stdout=stdout, stderr=stderr)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group and wait until its members are gone (SIGKILL lands asynchronously)."""
+    killpg(pgid)
+    _wait_group_gone(pgid)
 
 
 def _wait_group_gone(pgid: int) -> None:
