@@ -10,6 +10,12 @@ destroys it. ``shutdown()`` destroys everything the pool created. ``reap_leftove
 environments left behind by dead owners (earlier runs, crashed actors), found through the
 provisioner's labels.
 
+``prewarm(config, n)`` creates idle environments ahead of the first acquire, for configs that many
+tasks share. With ``ttl_s``, an environment older than that is never handed out again: an expired
+idle one is destroyed (at the next acquire or ``sweep()``), an expired held one at its release.
+With ``watchdog=True`` a detached process (``actors/env_watchdog.py``) destroys the pool's
+environments if this process dies without a shutdown (SIGKILL, a crash, a killed Ray actor).
+
 Hooks are ``async def hook(env: EnvHandle, task: TaskSpec, **args)``, looked up with
 ``specs.registry.resolve`` in this process (import strings or names in the run's hook modules).
 Cleanups bound to a tool (``CleanupSpec.tool``) need the trajectory's tool calls, which the pool
@@ -19,13 +25,16 @@ does not see: they are not run here (a warning says so at each release).
 from __future__ import annotations
 
 import logging
+import socket
+import subprocess
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
-import psutil
 
+from actors import env_watchdog
 from actors.errors import EnvError
 from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, Provisioner
 from specs.registry import resolve
@@ -46,12 +55,17 @@ class EnvPool:
         *,
         hook_modules: Sequence[str] = (),
         acquire_timeout_s: float = 600.0,
+        ttl_s: float | None = None,
+        watchdog: bool = False,
     ) -> None:
         if max_live < 1:
             raise ValueError(f"EnvPool max_live must be >= 1, got {max_live}")
+        if ttl_s is not None and ttl_s <= 0:
+            raise ValueError(f"EnvPool ttl_s must be > 0 (or None: no limit), got {ttl_s}")
         self.provisioner, self.run_id, self.max_live, self.reuse = provisioner, run_id, max_live, reuse
         self.hook_modules = tuple(hook_modules)
-        self.acquire_timeout_s = acquire_timeout_s
+        self.acquire_timeout_s, self.ttl_s, self.watchdog = acquire_timeout_s, ttl_s, watchdog
+        self._watchdog: subprocess.Popen[bytes] | None = None
         self._held: dict[str, tuple[EnvInfo, tuple[str, ...]]] = {}
         self._idle: OrderedDict[str, EnvInfo] = OrderedDict()  # env_id -> env, oldest first
         self._live = 0  # held + idle + being created or destroyed: what max_live bounds
@@ -62,6 +76,7 @@ class EnvPool:
             "reused": 0,
             "destroyed": 0,
             "reaped": 0,
+            "expired": 0,
             "broken": 0,
             "hook_failures": 0,
         }
@@ -108,7 +123,9 @@ class EnvPool:
             )
         cleaned = await self._cleanup(env, task, entry[1])  # also when broken: they may undo outside state
         self._counts["broken"] += broken
-        if self.reuse and cleaned and not broken and not self._closed:
+        expired = self._expired(env)
+        self._counts["expired"] += expired
+        if self.reuse and cleaned and not broken and not expired and not self._closed:
             try:
                 await self.provisioner.reset(env)
             except Exception:
@@ -120,6 +137,43 @@ class EnvPool:
                 return
         await self._destroy(env)
 
+    async def prewarm(self, config: EnvConfig, count: int) -> int:
+        """Create up to ``count`` idle environments for ``config`` (fewer if ``max_live`` is
+        reached), concurrently; how many were created. Failures are logged, not raised: an acquire
+        creates on demand anyway."""
+        created: list[EnvInfo] = []
+
+        async def one() -> None:
+            async with self._changed:
+                if self._closed or self._live >= self.max_live:
+                    return
+                self._live += 1
+            try:
+                created.append(await self._create(config))
+            except EnvError as e:
+                logger.warning("prewarm of an env for key %s failed: %s", config.key(), e)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(one)
+        async with self._changed:
+            for env in created:
+                self._idle[env.env_id] = env
+            self._changed.notify_all()
+        return len(created)
+
+    async def sweep(self) -> int:
+        """Destroy idle environments past their time-to-live, then reap dead owners' leftovers;
+        how many environments went."""
+        expired = [env for env in self._idle.values() if self._expired(env)]
+        for env in expired:
+            self._idle.pop(env.env_id, None)
+        self._counts["expired"] += len(expired)
+        async with anyio.create_task_group() as tg:
+            for env in expired:
+                tg.start_soon(self._destroy, env)
+        return len(expired) + await self.reap_leftovers()
+
     async def shutdown(self) -> None:
         """Destroy every environment this pool created (idle and held); later acquires fail."""
         self._closed = True
@@ -129,6 +183,10 @@ class EnvPool:
         async with anyio.create_task_group() as tg:
             for env in doomed:
                 tg.start_soon(self._destroy, env)
+        if self._watchdog is not None:  # nothing left for it to guard
+            self._watchdog.terminate()
+            await anyio.to_thread.run_sync(self._watchdog.wait)
+            self._watchdog = None
 
     async def reap_leftovers(self) -> int:
         """Destroy environments whose owner process is gone and that this pool does not hold; how many."""
@@ -148,7 +206,8 @@ class EnvPool:
         return reaped
 
     def stats(self) -> dict[str, int]:
-        """Counts for metrics: live, held, idle, created, reused, destroyed, reaped, broken, hook_failures."""
+        """Counts for metrics: live, held, idle, created, reused, destroyed, reaped, expired, broken,
+        hook_failures."""
         return {"live": self._live, "held": len(self._held), "idle": len(self._idle), **self._counts}
 
     async def _take_or_create(self, config: EnvConfig, key: str) -> EnvInfo:
@@ -185,6 +244,10 @@ class EnvPool:
         """What ``acquire`` does next (state is updated here, synchronously); ``None``: wait."""
         if self._closed:
             raise EnvError("EnvPool is shut down; no environments are handed out")
+        stale = next((env for env in self._idle.values() if self._expired(env)), None)
+        if stale is not None:
+            self._counts["expired"] += 1
+            return "evict", self._idle.pop(stale.env_id)
         match = next((env for env in self._idle.values() if env.key == key), None)
         if match is not None:
             return "reuse", self._idle.pop(match.env_id)
@@ -195,8 +258,14 @@ class EnvPool:
             return "evict", self._idle.popitem(last=False)[1]
         return None
 
+    def _expired(self, env: EnvInfo) -> bool:
+        return self.ttl_s is not None and time.time() - env.created_at > self.ttl_s
+
     async def _create(self, config: EnvConfig) -> EnvInfo:
         """Create with a slot already counted in ``_live``; give the slot back if it fails."""
+        if self.watchdog and self._watchdog is None:
+            spec = self.provisioner.spec()
+            self._watchdog = env_watchdog.spawn(self.provisioner.name, spec, self.run_id)
         try:
             env = await self.provisioner.create(config, self.run_id)
         except BaseException as e:
@@ -251,15 +320,12 @@ class EnvPool:
 
 
 def _owner_alive(env: EnvInfo) -> bool:
-    """Whether the process that created ``env`` still runs (same pid *and* start time: pids get reused)."""
-    pid, started = env.data.get("owner_pid"), env.data.get("owner_started")
-    if not isinstance(pid, int):
-        return False
-    try:
-        proc = psutil.Process(pid)
-        return started is None or abs(proc.create_time() - float(started)) < 1.0
-    except psutil.Error:
-        return False
+    """Whether the process that created ``env`` still runs (same pid *and* start time: pids get
+    reused). An owner on another host (a remote container engine) is taken to be alive."""
+    host = env.data.get("owner_host")
+    if host is not None and host != socket.gethostname():
+        return True
+    return env_watchdog.process_alive(env.data.get("owner_pid"), env.data.get("owner_started"))
 
 
 def remote_env_pool(

@@ -48,11 +48,13 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
     # evaluator's view of them and the weights file in /dev/shm are all local to the driver's node.
     here = {"scheduling_strategy": _this_node()}
     pool = remote_env_pool(
-        make_provisioner(cfg.env.backend),
+        make_provisioner(cfg.env.backend, **cfg.env.provisioner_options()),
         run_id,
         cfg.env.max_live,
         cfg.env.reuse,
         hook_modules=cfg.domain.hook_modules,
+        ttl_s=cfg.env.ttl_s,
+        watchdog=True,  # a killed driver (and with it this actor) leaves no environment behind
         ray_options=here,
     )
     gateway = remote_mcp_gateway(ray_options=here)

@@ -269,9 +269,12 @@ def _failed(task: Any, group_id: str, error: str) -> Trajectory:
     )
 
 
-def env_config_resolver(registry: Any) -> Callable[[Any], EnvConfig]:
-    """``task -> EnvConfig``: the task's servers resolved through the server registry (cached)."""
+def env_config_resolver(registry: Any, limits: Any = None) -> Callable[[Any], EnvConfig]:
+    """``task -> EnvConfig``: the task's servers resolved through the server registry, its image
+    build, and the run's environment limits (``memory_mb``, ``cpus``, ``pids``, ``network`` of an
+    ``EnvPoolConfig``); cached per distinct configuration."""
     cache: dict[tuple[Any, ...], EnvConfig] = {}
+    shared = {name: getattr(limits, name) for name in ("memory_mb", "cpus", "pids", "network")} if limits else {}
 
     def resolve(task: Any) -> EnvConfig:
         key = (task.server_names, task.dockerfile_path, tuple(sorted(task.build_args.items())))
@@ -280,6 +283,7 @@ def env_config_resolver(registry: Any) -> Callable[[Any], EnvConfig]:
                 servers=tuple(registry.launch(name) for name in task.server_names),
                 dockerfile_path=task.dockerfile_path,
                 build_args=dict(task.build_args),
+                **shared,
             )
         return cache[key]
 

@@ -24,6 +24,7 @@ import random
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,9 +102,9 @@ async def train(cfg: RunConfig) -> int:
     # Refuse now, not mid-run: unknown servers, ops or hooks, and unset {{VAR}}s.
     for file, tasks in ((cfg.domain.tasks, train_tasks.tasks), (cfg.domain.eval_tasks, eval_tasks)):
         raise_all(check_task_semantics(tasks, file, registry, cfg.domain.hook_modules)[0])
-    env_config_for = env_config_resolver(registry)
-    for task in [*train_tasks.tasks, *eval_tasks]:
-        env_config_for(task)
+    env_config_for = env_config_resolver(registry, cfg.env)
+    configs = {(c := env_config_for(task)).key(): c for task in [*train_tasks.tasks, *eval_tasks]}
+    uses = Counter(env_config_for(task).key() for task in train_tasks.tasks)
     expert = resolve_import(cfg.domain.expert) if cfg.warmstart.enabled else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     stop_ids = (tokenizer.eos_token_id,)
@@ -122,6 +123,11 @@ async def train(cfg: RunConfig) -> int:
             flush=True,
         )
         await actors.pool.reap_leftovers()
+        if cfg.env.prewarm:
+            for key, n in uses.items():
+                if n > 1:  # a configuration of its own task only is created on demand
+                    warmed = await actors.pool.prewarm(configs[key], cfg.env.prewarm)
+                    print(f"prewarmed {warmed} {cfg.env.backend} environment(s) for {n} tasks", flush=True)
 
         def pipeline(engine_for: Any) -> RolloutPipeline:
             return RolloutPipeline(
@@ -191,6 +197,7 @@ async def train(cfg: RunConfig) -> int:
             results["warmstart"] = await evaluate("warmstart", 0)
 
         for step in range(1, cfg.train.steps + 1):
+            await actors.pool.sweep()  # past their time-to-live, or left by dead owners
             started = time.perf_counter()
             rollout = pipeline(lambda task: actors.generator)
             with reporter.progress(f"step {step} rollout", cfg.rollout.tasks_per_step) as advance:

@@ -55,7 +55,8 @@ class EnvInfo(msgspec.Struct, frozen=True, kw_only=True):
     backend: str
     key: str
     workdir: str
-    """Writable working directory of the environment, as seen from the host."""
+    """Writable working directory of the environment, as its processes see it (local and bwrap: the
+    same path on the host; docker: a path inside the container)."""
     created_at: float
     data: dict[str, Any] = msgspec.field(default_factory=dict)
     """Backend-specific handle data (container id, sandbox pid, ...)."""
@@ -94,6 +95,10 @@ class Provisioner(Protocol):
     def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
         """The command line that runs ``server`` inside ``env`` with stdio crossing the boundary."""
 
+    def spec(self) -> dict[str, Any]:
+        """Constructor arguments (plain JSON) that rebuild this provisioner in another process:
+        ``make_provisioner(self.name, **self.spec())``."""
+
 
 class EnvHandle:
     """What ``prepare`` / ``cleanup`` hooks and evaluators get: one way to touch any backend."""
@@ -128,14 +133,19 @@ class EnvHandle:
         return result.stdout
 
 
-def make_provisioner(backend: str) -> Provisioner:
-    """The provisioner for a backend name (``local``, ``bwrap``; ``docker`` comes later)."""
+def make_provisioner(backend: str, **options: Any) -> Provisioner:
+    """The provisioner for a backend name (``local``, ``bwrap``, ``docker``); ``options`` are its
+    constructor's keyword arguments (defaults when omitted)."""
     if backend == "local":
         from actors.provisioners.local import LocalProvisioner
 
-        return LocalProvisioner()
+        return LocalProvisioner(**options)
     if backend == "bwrap":
         from actors.provisioners.bwrap import BwrapProvisioner
 
-        return BwrapProvisioner()
-    raise ValueError(f"unknown provisioner backend {backend!r}; expected one of: local, bwrap")
+        return BwrapProvisioner(**options)
+    if backend == "docker":
+        from actors.provisioners.docker import DockerProvisioner
+
+        return DockerProvisioner(**options)
+    raise ValueError(f"unknown provisioner backend {backend!r}; expected one of: local, bwrap, docker")

@@ -133,6 +133,9 @@ class BwrapProvisioner(LocalProvisioner):
             logger.warning("bwrap backend does not enforce resource limits %s", unenforced)
         return await super().create(config, run_id)
 
+    def spec(self) -> dict[str, Any]:
+        return {"root": str(self.root), "ro_binds": list(self.ro_binds), "tmp_size_mb": self.tmp_size_mb}
+
     def _env_data(self) -> dict[str, Any]:
         return {"ro_binds": list(self.ro_binds), "tmp_size_mb": self.tmp_size_mb}
 

@@ -89,6 +89,9 @@ class LocalProvisioner:
             raise EnvError(f"{self.name} env {env_id}: cannot create {env_dir}: {e}") from e
         return info
 
+    def spec(self) -> dict[str, Any]:
+        return {"root": str(self.root)}
+
     def _env_data(self) -> dict[str, Any]:
         """Backend settings recorded in ``EnvInfo.data``, so any process acts on the env alike."""
         return {}

@@ -1,0 +1,102 @@
+"""Crash cleanup: a detached process that destroys a run's environments once their owner is dead.
+
+``EnvPool(watchdog=True)`` starts one at its first create::
+
+    python -m actors.env_watchdog --backend docker --spec '{...}' --run-id R --owner-pid P --owner-started T
+
+It runs in its own session, so a Ctrl-C or a SIGKILL of the owner's process group does not reach
+it; it polls the owner (pid *and* start time: pids get reused) and, once the owner is gone, destroys
+every environment of the run whose owner is dead (containers, sandboxes, their processes and
+directories), then exits. A pool that shuts down cleanly stops its watchdog. What a watchdog could
+not destroy (it was killed too, the machine rebooted) the next run's reaper finds by its labels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import psutil
+
+POLL_S = 0.5
+logger = logging.getLogger(__name__)
+
+
+def process_alive(pid: object, started: object) -> bool:
+    """Whether ``pid`` runs and is the process that started at ``started`` (``None``: any)."""
+    if not isinstance(pid, int):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        alive = proc.status() != psutil.STATUS_ZOMBIE
+        return alive and (started is None or abs(proc.create_time() - float(started)) < 1.0)  # type: ignore[arg-type]
+    except psutil.Error:
+        return False
+
+
+def spawn(backend: str, spec: dict[str, object], run_id: str) -> subprocess.Popen[bytes]:
+    """Start a watchdog for this process's environments of ``run_id``."""
+    me = psutil.Process()
+    log = Path(tempfile.gettempdir()) / f"mcprl-watchdog-{run_id}-{me.pid}.log"
+    command = [
+        sys.executable,
+        "-m",
+        "actors.env_watchdog",
+        *("--backend", backend, "--spec", json.dumps(spec), "--run-id", run_id),
+        *("--owner-pid", str(me.pid), "--owner-started", repr(me.create_time())),
+    ]
+    root = str(Path(__file__).resolve().parents[1])
+    environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=environ, start_new_session=True
+        )
+
+
+async def reap_run(backend: str, spec: dict[str, object], run_id: str) -> int:
+    """Destroy the run's environments whose owner is dead; how many."""
+    from actors.provisioners.base import make_provisioner
+
+    provisioner = make_provisioner(backend, **spec)
+    destroyed = 0
+    for env in await provisioner.list_owned(run_id):
+        if process_alive(env.data.get("owner_pid"), env.data.get("owner_started")):
+            continue
+        try:
+            await provisioner.destroy(env)
+            destroyed += 1
+        except Exception:
+            logger.exception("watchdog could not destroy env %s of run %s", env.env_id, run_id)
+    return destroyed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="env_watchdog", description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--spec", required=True, help="the provisioner's spec() as JSON")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--owner-pid", type=int, required=True)
+    parser.add_argument("--owner-started", type=float, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s watchdog %(levelname)s %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the owner, not for us
+    while process_alive(args.owner_pid, args.owner_started):
+        time.sleep(POLL_S)
+    destroyed = anyio.run(reap_run, args.backend, json.loads(args.spec), args.run_id)
+    logger.info(
+        "owner %d of run %s is gone: destroyed %d environment(s)", args.owner_pid, args.run_id, destroyed
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

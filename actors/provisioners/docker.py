@@ -1,0 +1,589 @@
+"""Docker provisioner: one container per environment, through the Docker Engine API.
+
+Works with Docker, or with Podman's Docker-compatible service (``podman system service``): the
+engine is reached with the ``docker`` SDK at ``base_url`` (else ``$DOCKER_HOST``, else the default
+socket), and nothing here needs the ``docker`` command line.
+
+An environment is a container that idles (``sleep infinity``) while the work happens in execs:
+
+- **image**: ``EnvConfig.image`` as given (it must already be in the engine: no registry is
+  pulled from); or built from ``EnvConfig.dockerfile_path`` with ``build_args``, tagged
+  ``mcprl/task:<hash of the build context, Dockerfile and build args>``, so it is built once per
+  content (not per trajectory; a second create finds the tag); or, when the config names neither,
+  the *host-root* image ``mcprl/hostroot``: a rootfs of a few symlinks and empty mount points that
+  runs the host's programs, with ``/usr``, a few ``/etc`` files and the installation of each
+  server (found as the bwrap backend finds it) bound read-only. An image built ``FROM
+  mcprl/hostroot`` inherits its label and gets the same binds, so a domain can add files on top.
+- **confinement**: read-only root; ``/workspace`` (the working directory, ``EnvInfo.workdir``) and
+  ``/tmp`` are size-capped tmpfs; memory (no swap), CPU and pid limits; every capability dropped;
+  ``no-new-privileges``; network ``none`` unless ``EnvConfig.network``.
+- **reset** restarts the container: every process dies and both tmpfs come back empty, whatever
+  the image contains (no ``rm`` or ``kill`` needed inside).
+- **labels**: ``io.mcprl.backend``, ``io.mcprl.run``, ``io.mcprl.env`` and the whole ``EnvInfo``
+  (``io.mcprl.info``, with the owner's pid, start time and host), so ``list_owned`` and the reaper
+  find a crashed run's containers through the engine alone.
+- **processes**: ``exec`` runs a command through an attached exec (its stdin, stdout and stderr
+  over the API socket); ``stdio_launch`` returns a host command, the bridge
+  ``actors/provisioners/docker_attach.py``, that does the same for an MCP server, so the
+  gateway's stdio client reaches a server inside the container unchanged. Each exec carries the
+  environment marker ``MCPRL_ENV_ID``; on a deadline the exec's process tree is killed through its
+  host pid, after checking that the pid carries the marker (an engine on another host: the process
+  lives until the environment's next reset or destroy, which the pool does for a broken env).
+
+An image needs ``sleep`` (and ``sh``, for ``EnvHandle.write_file``). Secrets in a server's
+environment go to the engine in the exec's ``Env``, never on a command line.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import logging
+import os
+import socket
+import sys
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import psutil
+
+from actors.errors import EnvError
+from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from actors.provisioners.bwrap import _ETC_FILES, SANDBOX_PATH, _outermost, install_roots
+from actors.provisioners.local import ENV_MARKER, TIMEOUT_RETURNCODE, wait_until_gone
+
+logger = logging.getLogger(__name__)
+
+WORKDIR = "/workspace"
+"""The working directory inside every container (a tmpfs); a host path bound into a container must
+not lie below it (the project at ``/work/...`` would otherwise show up in the agent's directory)."""
+HOSTROOT_REPO = "mcprl/hostroot"
+TASK_REPO = "mcprl/task"
+HOSTROOT_LABEL = "io.mcprl.hostroot"
+LABEL_BACKEND, LABEL_RUN, LABEL_ENV, LABEL_INFO = (
+    "io.mcprl.backend",
+    "io.mcprl.run",
+    "io.mcprl.env",
+    "io.mcprl.info",
+)
+_STREAMS = {1: "stdout", 2: "stderr"}
+_RUNNING_TIMEOUT_S = 30.0
+
+
+class DockerProvisioner:
+    """Environments as confined containers on a Docker-API engine (Docker or Podman)."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        memory_mb: int = 2048,
+        cpus: float | None = None,
+        pids: int = 512,
+        work_size_mb: int = 1024,
+        tmp_size_mb: int = 256,
+        ro_binds: Sequence[str] = (),
+    ) -> None:
+        """Limits here are defaults; an ``EnvConfig`` that sets one wins for its environments."""
+        self.base_url = base_url or os.environ.get("DOCKER_HOST") or None
+        self.memory_mb, self.cpus, self.pids = memory_mb, cpus, pids
+        self.work_size_mb, self.tmp_size_mb = work_size_mb, tmp_size_mb
+        self.ro_binds = tuple(os.path.abspath(p) for p in ro_binds)
+        self.builds = 0  # images this provisioner built (the cache is the engine's tag list)
+        self._build_locks: dict[str, anyio.Lock] = {}
+        self._hostroot: str | None = None
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "base_url": self.base_url,
+            "memory_mb": self.memory_mb,
+            "cpus": self.cpus,
+            "pids": self.pids,
+            "work_size_mb": self.work_size_mb,
+            "tmp_size_mb": self.tmp_size_mb,
+            "ro_binds": list(self.ro_binds),
+        }
+
+    async def create(self, config: EnvConfig, run_id: str) -> EnvInfo:
+        image, hostroot = await self.ensure_image(config)
+        env_id = uuid.uuid4().hex[:12]
+        me = psutil.Process()
+        info = EnvInfo(
+            env_id=env_id,
+            run_id=run_id,
+            backend=self.name,
+            key=config.key(),
+            workdir=WORKDIR,
+            created_at=time.time(),
+            data={
+                "container": f"mcprl-{env_id}",
+                "docker_url": self.base_url,
+                "image": image,
+                "owner_pid": me.pid,
+                "owner_started": me.create_time(),
+                "owner_host": socket.gethostname(),
+            },
+        )
+        options = self._run_options(config, info, hostroot)
+        try:
+            await anyio.to_thread.run_sync(
+                functools.partial(_client(self.base_url).containers.run, **options)
+            )
+        except Exception as e:
+            with anyio.CancelScope(shield=True):
+                await self.destroy(info)  # a container that was created but did not start
+            raise EnvError(f"docker env {env_id}: cannot start a container of {image}: {_short(e)}") from e
+        return info
+
+    async def reset(self, env: EnvInfo) -> None:
+        """Restart: every process of the container dies, ``/workspace`` and ``/tmp`` come back empty."""
+
+        def restart() -> None:
+            container = _client(_url(env)).containers.get(env.data["container"])
+            container.restart(timeout=0)
+            _wait_running(container)
+
+        try:
+            await anyio.to_thread.run_sync(restart)
+        except Exception as e:
+            raise EnvError(f"docker env {env.env_id}: reset (restart) failed: {_short(e)}") from e
+
+    async def health_check(self, env: EnvInfo) -> bool:
+        """The container runs and an exec in it succeeds."""
+        try:
+            result = await self.exec(env, ["true"], timeout_s=10.0)
+        except Exception as e:
+            logger.warning("health check of docker env %s failed: %s", env.env_id, _short(e))
+            return False
+        return result.returncode == 0
+
+    async def destroy(self, env: EnvInfo) -> None:
+        def remove() -> None:
+            import docker.errors
+
+            try:
+                _client(_url(env)).api.remove_container(env.data["container"], force=True, v=True)
+            except docker.errors.NotFound:
+                pass  # idempotent
+
+        await anyio.to_thread.run_sync(remove)
+
+    async def list_owned(self, run_id: str | None = None) -> list[EnvInfo]:
+        labels = [f"{LABEL_BACKEND}={self.name}"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])
+
+        def listed() -> list[dict[str, Any]]:
+            return list(_client(self.base_url).api.containers(all=True, filters={"label": labels}))
+
+        found: list[EnvInfo] = []
+        for container in await anyio.to_thread.run_sync(listed):
+            try:
+                found.append(msgspec.json.decode(container["Labels"][LABEL_INFO], type=EnvInfo))
+            except (KeyError, msgspec.DecodeError) as e:
+                logger.warning(
+                    "container %s has no readable %s label: %s", container.get("Id"), LABEL_INFO, e
+                )
+        return found
+
+    async def exec(
+        self, env: EnvInfo, argv: list[str], *, stdin: bytes | None = None, timeout_s: float = 60.0
+    ) -> ExecResult:
+        """Run ``argv`` in the container's workdir; on the deadline kill it and return code 124."""
+        if not argv:
+            raise EnvError(f"docker env {env.env_id}: exec needs a command, got an empty argv")
+        try:
+            return await anyio.to_thread.run_sync(
+                functools.partial(_exec_blocking, env, argv, stdin=stdin, timeout_s=timeout_s),
+                abandon_on_cancel=True,  # the blocking pump ends at its own deadline
+            )
+        except EnvError:
+            raise
+        except Exception as e:
+            raise EnvError(f"docker env {env.env_id}: exec of {argv[0]!r} failed: {_short(e)}") from e
+
+    def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
+        """The bridge ``actors/provisioners/docker_attach.py`` (on the host): an attached exec of the
+        server whose stdio is the bridge's. The server's variables travel in the bridge's
+        environment and are named (never valued) on its command line."""
+        cwd = str(Path(WORKDIR) / server.cwd) if server.cwd else WORKDIR
+        bridge = [
+            "-c",
+            f"import sys; sys.path.insert(0, {_project_root()!r}); "
+            "from actors.provisioners.docker_attach import main; sys.exit(main())",
+            "--container",
+            env.data["container"],
+            "--env-id",
+            env.env_id,
+            "--workdir",
+            cwd,
+            *(["--url", _url(env)] if _url(env) else []),
+            *(["--pass-env", ",".join(sorted(server.env))] if server.env else []),
+            "--",
+            server.command,
+            *server.args,
+        ]
+        return ServerLaunch(
+            name=server.name,
+            command=sys.executable,
+            args=tuple(bridge),
+            env=dict(server.env),
+            cwd=None,
+        )
+
+    # -- images --------------------------------------------------------------------------------
+
+    async def ensure_image(self, config: EnvConfig) -> tuple[str, bool]:
+        """The image tag for ``config`` (built if the engine lacks it) and whether it is host-root."""
+        client = _client(self.base_url)
+        if config.image:
+            try:
+                image = await anyio.to_thread.run_sync(client.images.get, config.image)
+            except Exception as e:
+                raise EnvError(
+                    f"docker backend: image {config.image!r} is not in the engine ({_short(e)}); "
+                    "build or load it first (no registry is pulled from)"
+                ) from e
+            return config.image, HOSTROOT_LABEL in (image.labels or {})
+        hostroot = await self._ensure_hostroot()
+        if not config.dockerfile_path:
+            return hostroot, True
+        context = _dockerfile_context(config.dockerfile_path, config.build_args)
+        tag = await self._build_once(TASK_REPO, context, config.build_args)
+        image = await anyio.to_thread.run_sync(client.images.get, tag)
+        return tag, HOSTROOT_LABEL in (image.labels or {})
+
+    async def _ensure_hostroot(self) -> str:
+        """The host-root image, also tagged ``mcprl/hostroot:latest`` for ``FROM`` lines."""
+        if self._hostroot is None:
+            tag = await self._build_once(HOSTROOT_REPO, _hostroot_context())
+            client = _client(self.base_url)
+            await anyio.to_thread.run_sync(lambda: client.images.get(tag).tag(HOSTROOT_REPO, "latest"))
+            self._hostroot = tag
+        return self._hostroot
+
+    async def _build_once(self, repo: str, context: bytes, build_args: dict[str, str] | None = None) -> str:
+        """Build ``context`` (a tar with a ``Dockerfile``) unless its tag exists; one build per tag."""
+        import docker.errors
+
+        tag = _tag(repo, context, build_args)
+        client = _client(self.base_url)
+        async with self._build_locks.setdefault(tag, anyio.Lock()):
+            try:
+                await anyio.to_thread.run_sync(client.images.get, tag)
+                return tag
+            except docker.errors.ImageNotFound:
+                pass
+            logger.info("building image %s (once; later creates find the tag)", tag)
+            build = functools.partial(
+                client.images.build,
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                buildargs=dict(build_args or {}),
+                rm=True,
+                labels={HOSTROOT_LABEL: "1"} if repo == HOSTROOT_REPO else None,
+            )
+            try:
+                await anyio.to_thread.run_sync(build)
+            except docker.errors.BuildError as e:
+                log = "".join(str(chunk.get("stream", chunk.get("error", ""))) for chunk in e.build_log)
+                raise EnvError(f"docker backend: building {tag} failed: {e.msg}\n{log[-2000:]}") from e
+            self.builds += 1
+            logger.info("built image %s", tag)
+            return tag
+
+    # -- container options ---------------------------------------------------------------------
+
+    def _run_options(self, config: EnvConfig, info: EnvInfo, hostroot: bool) -> dict[str, Any]:
+        memory = config.memory_mb or self.memory_mb
+        cpus = config.cpus or self.cpus
+        binds = list(self.ro_binds)
+        if hostroot:
+            binds += ["/usr", *(p for p in _ETC_FILES if os.path.exists(p))]
+            for server in config.servers:
+                binds += [str(p) for p in install_roots(server.command, WORKDIR)]
+        kept = _outermost([Path(b) for b in binds])
+        hidden = [str(p) for p in kept if Path(WORKDIR) in (p, *p.parents)]
+        if hidden:
+            raise EnvError(
+                f"docker backend: cannot bind {hidden} read-only into containers: they lie under the "
+                f"container's working directory {WORKDIR}; install the server elsewhere"
+            )
+        volumes = {str(path): {"bind": str(path), "mode": "ro"} for path in kept}
+        return {
+            "image": info.data["image"],
+            "name": info.data["container"],
+            "entrypoint": ["sleep"],
+            "command": ["infinity"],
+            "detach": True,
+            "labels": {
+                LABEL_BACKEND: self.name,
+                LABEL_RUN: info.run_id,
+                LABEL_ENV: info.env_id,
+                LABEL_INFO: msgspec.json.encode(info).decode(),
+            },
+            "environment": {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"},
+            "working_dir": WORKDIR,
+            "read_only": True,
+            "tmpfs": {
+                WORKDIR: f"size={self.work_size_mb}m,mode=1777",
+                "/tmp": f"size={self.tmp_size_mb}m,mode=1777",
+            },
+            "volumes": volumes,
+            "network_mode": None if config.network else "none",
+            "mem_limit": f"{memory}m",
+            "memswap_limit": f"{memory}m",
+            "pids_limit": config.pids or self.pids,
+            **({"nano_cpus": int(cpus * 1e9)} if cpus else {}),
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+        }
+
+
+# -- engine access (shared by the provisioner and the stdio bridge) -----------------------------
+
+
+@functools.cache
+def _client(base_url: str | None) -> Any:
+    """One SDK client per engine URL and process (the SDK's client is thread-safe)."""
+    import docker
+
+    try:
+        return docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+    except docker.errors.DockerException as e:
+        raise EnvError(
+            f"docker backend: no Docker API engine at {base_url or '$DOCKER_HOST/default socket'} "
+            f"({_short(e)}); start Docker, or Podman's service: "
+            "`podman system service --time=0 unix:///run/mcprl/podman.sock` and "
+            "DOCKER_HOST=unix:///run/mcprl/podman.sock"
+        ) from e
+
+
+def _url(env: EnvInfo) -> str | None:
+    url = env.data.get("docker_url")
+    return url if isinstance(url, str) else None
+
+
+def open_exec(
+    env_id: str,
+    url: str | None,
+    container: str,
+    argv: list[str],
+    environ: dict[str, str],
+    workdir: str,
+    stdin: bool,
+) -> tuple[str, socket.socket]:
+    """Start ``argv`` in the container as an attached exec carrying the env marker; its id and socket."""
+    api = _client(url).api
+    created = api.exec_create(
+        container,
+        argv,
+        stdin=stdin,
+        stdout=True,
+        stderr=True,
+        environment=environ | {ENV_MARKER: env_id},
+        workdir=workdir,
+    )
+    attached = api.exec_start(created["Id"], socket=True)
+    raw = getattr(attached, "_sock", attached)  # the SDK wraps the socket in a SocketIO
+    return created["Id"], raw
+
+
+def frames(sock: socket.socket) -> Iterator[tuple[int, bytes]]:
+    """The exec's output as (stream, payload): 1 stdout, 2 stderr (the API's multiplexed format)."""
+    buffered = sock.makefile("rb", buffering=0)
+    while True:
+        header = _read_exactly(buffered, 8)
+        if header is None:
+            return
+        size = int.from_bytes(header[4:8], "big")
+        payload = _read_exactly(buffered, size) if size else b""
+        if payload is None:
+            return
+        yield header[0], payload
+
+
+def _read_exactly(stream: Any, n: int) -> bytes | None:
+    data = bytearray()
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            return None
+        data.extend(chunk)
+    return bytes(data)
+
+
+def exit_code(url: str | None, exec_id: str) -> int:
+    """The exec's exit code, once the engine has recorded it (briefly after the stream ends)."""
+    api = _client(url).api
+    deadline = time.monotonic() + 5.0
+    while True:
+        inspected = api.exec_inspect(exec_id)
+        if not inspected.get("Running") and inspected.get("ExitCode") is not None:
+            return int(inspected["ExitCode"])
+        if time.monotonic() > deadline:
+            return -1
+        time.sleep(0.01)
+
+
+def kill_exec(url: str | None, exec_id: str, env_id: str) -> bool:
+    """SIGKILL an exec's process tree through its host pid, if that pid is on this host and
+    carries the environment's marker (pids get reused); whether it did."""
+    try:
+        pid = int(_client(url).api.exec_inspect(exec_id).get("Pid") or 0)
+        root = psutil.Process(pid) if pid > 0 else None
+        if root is None or root.environ().get(ENV_MARKER) != env_id:
+            return False
+        victims = [root, *root.children(recursive=True)]
+    except (psutil.Error, OSError, ValueError):
+        return False
+    except Exception as e:  # the engine: nothing more to do here than say so
+        logger.warning("cannot inspect exec %s of env %s: %s", exec_id[:12], env_id, _short(e))
+        return False
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    wait_until_gone(victims)
+    return True
+
+
+def _exec_blocking(env: EnvInfo, argv: list[str], *, stdin: bytes | None, timeout_s: float) -> ExecResult:
+    url, deadline = _url(env), time.monotonic() + timeout_s
+    exec_id, sock = open_exec(
+        env.env_id, url, env.data["container"], argv, {}, env.workdir, stdin=stdin is not None
+    )
+    out = {1: bytearray(), 2: bytearray()}
+    timed_out = threading.Event()
+    try:
+        if stdin is not None:
+            threading.Thread(target=_feed, args=(sock, stdin), daemon=True).start()
+        sock.settimeout(max(timeout_s, 0.001))
+        try:
+            for stream, payload in frames(sock):
+                out.setdefault(stream, bytearray()).extend(payload)
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        except TimeoutError:
+            timed_out.set()
+    finally:
+        if timed_out.is_set() and not kill_exec(url, exec_id, env.env_id):
+            logger.warning(
+                "docker env %s: %r passed its deadline and could not be killed from this host; it "
+                "lives until the environment's reset or destroy",
+                env.env_id,
+                argv[0],
+            )
+        sock.close()
+    stdout, stderr = out[1].decode(errors="replace"), out[2].decode(errors="replace")
+    if timed_out.is_set():
+        note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
+        return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
+    return ExecResult(returncode=exit_code(url, exec_id), stdout=stdout, stderr=stderr)
+
+
+def _feed(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)  # EOF on the command's stdin
+    except OSError:
+        pass  # the command exited without reading all of its input: its exit code tells
+
+
+def _wait_running(container: Any) -> None:
+    deadline = time.monotonic() + _RUNNING_TIMEOUT_S
+    while True:
+        container.reload()
+        if container.status == "running":
+            return
+        if time.monotonic() > deadline:
+            raise EnvError(f"container {container.name} is {container.status!r}, not running")
+        time.sleep(0.05)
+
+
+# -- image contexts ------------------------------------------------------------------------------
+
+
+def _tag(repo: str, context: bytes, build_args: dict[str, str] | None = None) -> str:
+    digest = hashlib.sha256(context)
+    digest.update(json.dumps(build_args or {}, sort_keys=True).encode())
+    return f"{repo}:{digest.hexdigest()[:16]}"
+
+
+@functools.cache
+def _hostroot_context() -> bytes:
+    """A build context for the host-root image: empty mount points, and ``/bin``, ``/lib``... as
+    the host has them (symlinks into ``/usr`` on merged-usr systems)."""
+    dockerfile = b"FROM scratch\nCOPY rootfs/ /\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _add(tar, "Dockerfile", data=dockerfile)
+        for name in (
+            "rootfs",
+            *(f"rootfs/{d}" for d in (WORKDIR.strip("/"), "tmp", "etc", "usr", "proc", "dev", "sys", "run")),
+        ):
+            _add(tar, name, kind=tarfile.DIRTYPE)
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                _add(tar, f"rootfs{top}", kind=tarfile.SYMTYPE, link=os.readlink(top))
+            elif os.path.isdir(top):
+                _add(tar, f"rootfs{top}", kind=tarfile.DIRTYPE)
+    return buf.getvalue()
+
+
+def _dockerfile_context(dockerfile_path: str, build_args: dict[str, str]) -> bytes:
+    """The build context of a task's Dockerfile: its directory, with the Dockerfile as ``Dockerfile``
+    (deterministic tar, so equal content gives an equal tag)."""
+    dockerfile = Path(dockerfile_path)
+    if not dockerfile.is_file():
+        raise EnvError(f"docker backend: dockerfile_path {dockerfile_path!r} is not a file")
+    root = dockerfile.resolve().parent
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _add(tar, "Dockerfile", data=dockerfile.read_bytes())
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path == dockerfile.resolve() or rel == "Dockerfile" or not path.is_file():
+                continue
+            _add(tar, rel, data=path.read_bytes(), mode=path.stat().st_mode & 0o777)
+    return buf.getvalue()
+
+
+def _add(
+    tar: tarfile.TarFile,
+    name: str,
+    *,
+    data: bytes = b"",
+    kind: bytes = tarfile.REGTYPE,
+    link: str = "",
+    mode: int = 0o755,
+) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode, info.mtime = kind, link, mode, 0
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+@functools.cache
+def _project_root() -> str:
+    """Where ``actors`` is importable from, for the bridge (started with the server's environment)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"

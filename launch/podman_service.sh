@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Podman's Docker-compatible API service, for the docker backend where no Docker engine runs.
+#   launch/podman_service.sh [SOCKET]      (default: /run/mcprl/podman.sock)
+# Installs podman and runc if missing (Debian/Ubuntu, as root), writes a containers.conf that
+# works on hosts where crun fails (cgroups v1/v2 hybrid) if there is none, starts the service
+# unless it already answers, waits (bounded) until it does, and prints the DOCKER_HOST to use.
+set -euo pipefail
+SOCK=${1:-/run/mcprl/podman.sock}
+LOG=${PODMAN_SERVICE_LOG:-/tmp/mcprl-podman-service.log}
+
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null
+fi
+CONF=/etc/containers/containers.conf
+if [ ! -e "$CONF" ]; then
+    mkdir -p /etc/containers
+    cat > "$CONF" <<'EOF'
+# Written by mcprl's launch/podman_service.sh: runc and cgroupfs work where crun does not.
+[containers]
+default_ulimits = []
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+EOF
+fi
+
+answers() { curl -sf --max-time 2 --unix-socket "$SOCK" http://d/_ping >/dev/null 2>&1; }
+if ! answers; then
+    mkdir -p "$(dirname "$SOCK")"
+    rm -f "$SOCK"
+    setsid podman system service --time=0 "unix://$SOCK" >"$LOG" 2>&1 < /dev/null &
+    for _ in $(seq 100); do answers && break; sleep 0.2; done
+    answers || { echo "podman service did not answer on $SOCK; see $LOG" >&2; exit 1; }
+fi
+echo "DOCKER_HOST=unix://$SOCK"

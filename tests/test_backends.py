@@ -1,0 +1,354 @@
+"""One suite, every provisioner backend (local, bwrap, docker): hooks, reset, deadlines, MCP servers
+inside the environment, secrets, ownership, reuse through the pool, fault injection, and (for the
+isolated backends) isolation of files, processes and network.
+
+Processes are counted on the host through the environment marker (see ``tests/backends.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import psutil
+import pytest
+from anyio.abc import SocketAttribute
+from mcp.client.stdio import get_default_environment
+
+from actors.env_pool import EnvPool
+from actors.mcp_gateway import McpGateway
+from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, Provisioner, ServerLaunch
+from actors.provisioners.local import ENV_MARKER
+from specs.servers import load_server_registry
+from specs.task import TaskSpec
+from tests.backends import (
+    BACKENDS,
+    ISOLATED,
+    REPO,
+    cmdlines,
+    edge_server,
+    make_backend,
+    marked,
+    run_id,
+    sleeper,
+    sleeping,
+)
+
+pytestmark = pytest.mark.anyio
+CALCULATOR_REGISTRY = REPO / "specs" / "domains" / "calculator" / "servers.json"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def provisioner(backend: str, tmp_path: Path) -> Provisioner:
+    return make_backend(backend, tmp_path / "envs")
+
+
+@pytest.fixture
+def isolated(backend: str) -> None:
+    if backend not in ISOLATED:
+        pytest.skip(f"the {backend} backend is not isolated (development only, by design)")
+
+
+@asynccontextmanager
+async def environment(provisioner: Provisioner, config: EnvConfig | None = None) -> AsyncIterator[EnvInfo]:
+    env = await provisioner.create(config or EnvConfig(), run_id())
+    try:
+        yield env
+    finally:
+        with anyio.CancelScope(shield=True):
+            await provisioner.destroy(env)
+
+
+@asynccontextmanager
+async def background(
+    provisioner: Provisioner, env: EnvInfo, code: str, environ: dict[str, str] | None = None
+) -> AsyncIterator[tuple[anyio.abc.Process, str]]:
+    """``python -c code`` started in ``env`` exactly as the gateway starts a server (``stdio_launch``);
+    yields the process and its first line of output, so the process is known to be up."""
+    server = ServerLaunch(name="bg", command=sys.executable, args=("-c", code), env=environ or {})
+    launch = provisioner.stdio_launch(env, server)
+    process = await anyio.open_process(
+        [launch.command, *launch.args],
+        env=get_default_environment() | launch.env,  # what the MCP SDK passes to a server
+        cwd=launch.cwd,
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await process.stdout.receive()
+        yield process, line.decode()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+async def gone(env_id: str, seconds: float = 10.0) -> bool:
+    """Whether every marked process of the environment is gone within ``seconds`` (polled)."""
+    with anyio.move_on_after(seconds):
+        while marked(env_id):  # noqa: ASYNC110 -- host processes signal no event: poll, bounded
+            await anyio.sleep(0.05)
+        return True
+    return False
+
+
+def edge_processes(env_id: str) -> list[psutil.Process]:
+    found = []
+    for proc in marked(env_id):
+        try:
+            argv = proc.cmdline()  # the server itself, not a bwrap wrapping it
+            if os.path.basename(argv[0]).startswith("python") and any("edge_server" in a for a in argv):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+# -- every backend -------------------------------------------------------------------------------
+
+
+async def test_hooks_write_read_and_run_through_the_env_handle(provisioner: Provisioner) -> None:
+    with anyio.fail_after(30):
+        async with environment(provisioner) as env:
+            handle = EnvHandle(env, provisioner)
+            await handle.write_file("notes/a.txt", "x\n")
+            assert await handle.read_file("notes/a.txt") == "x\n"
+            assert await handle.read_file(f"{env.workdir}/notes/a.txt") == "x\n"
+            counted = await handle.run(["wc", "-c"], stdin=b"12345")
+            assert (counted.returncode, counted.stdout.strip()) == (0, "5")
+            failed = await handle.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+            assert (failed.returncode, failed.stdout, failed.stderr) == (3, "out\n", "err\n")
+            with pytest.raises(FileNotFoundError):
+                await handle.read_file("missing.txt")
+
+
+async def test_reset_kills_the_environments_processes_and_wipes_its_files(provisioner: Provisioner) -> None:
+    with anyio.fail_after(60):
+        async with environment(provisioner) as env:
+            handle = EnvHandle(env, provisioner)
+            await handle.write_file("data/state.txt", "dirty")
+            await handle.run(["sh", "-c", 'echo x > "$HOME/.history"'])
+            async with background(provisioner, env, sleeper(2718)) as (process, _):
+                assert sleeping(marked(env.env_id), 2718)
+                await provisioner.reset(env)
+                assert marked(env.env_id) == []
+                with anyio.fail_after(10):
+                    assert await process.wait() != 0
+            assert (await handle.run(["ls", "-A", env.workdir])).stdout == ""
+            assert (await handle.run(["sh", "-c", 'test -e "$HOME/.history"'])).returncode == 1
+            assert await provisioner.health_check(env)
+
+
+async def test_an_exec_past_its_deadline_leaves_no_process_behind(provisioner: Provisioner) -> None:
+    with anyio.fail_after(30):
+        async with environment(provisioner) as env:
+            result = await provisioner.exec(env, ["sh", "-c", "sleep 300 & sleep 300"], timeout_s=0.5)
+            assert result.returncode == 124 and "deadline" in result.stderr
+            assert await gone(env.env_id, 5.0), cmdlines(marked(env.env_id))
+
+
+async def test_the_calculator_mcp_server_answers_from_inside_the_env_and_leaves_nothing_behind(
+    backend: str, provisioner: Provisioner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)  # the registry names the server's venv relative to the project root
+    calculator = load_server_registry(CALCULATOR_REGISTRY).launch("calculator")
+    with anyio.fail_after(60):
+        async with environment(provisioner, EnvConfig(servers=(calculator,))) as env:
+            async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
+                await gateway.open(env, [calculator])
+                (server,) = [p for p in marked(env.env_id) if "mcp_server_calculator" in p.cmdline()[1:3]]
+                namespaces = ("pid", "net", "mnt")
+                own = [
+                    os.readlink(f"/proc/{server.pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
+                    for ns in namespaces
+                ]
+                assert all(own) if backend in ISOLATED else not any(own)
+                result = await gateway.call(
+                    env.env_id, "calculator__calculate", {"expression": "17*25-38"}, 10
+                )
+                assert (result.is_error, result.text) == (False, "387")
+            assert await gone(env.env_id)
+        assert marked(env.env_id) == [] and await provisioner.list_owned(env.run_id) == []
+
+
+async def test_a_tool_past_its_deadline_is_killed_inside_the_env_and_the_server_restarts(
+    provisioner: Provisioner,
+) -> None:
+    edge = edge_server()
+    with anyio.fail_after(60):
+        async with environment(provisioner, EnvConfig(servers=(edge,))) as env:
+            async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
+                await gateway.open(env, [edge])
+                first = edge_processes(env.env_id)
+                assert len(first) == 1
+                hung = await gateway.call(env.env_id, "edge__hang", {}, 1.0)
+                assert (hung.is_error, hung.error_kind) == (True, "timeout")
+                echoed = await gateway.call(env.env_id, "edge__echo", {"text": "still here"}, 10)
+                assert echoed.text == "still here"  # a fresh server process answers
+                now = edge_processes(env.env_id)  # the hung one is gone, not only abandoned
+                assert len(now) == 1 and now[0].pid != first[0].pid
+
+
+async def test_server_secrets_reach_the_env_but_not_the_command_line_nor_host_variables(
+    provisioner: Provisioner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCPRL_TEST_HOST_ONLY", "host secret")
+    dump = "import json, os; print(json.dumps(dict(os.environ)), flush=True)"
+    with anyio.fail_after(30):
+        async with environment(provisioner) as env:
+            launch = provisioner.stdio_launch(
+                env, ServerLaunch(name="s", command="true", env={"API_KEY": "s3cr3t"})
+            )
+            assert "s3cr3t" not in " ".join([launch.command, *launch.args]) and "s3cr3t" not in repr(launch)
+            async with background(provisioner, env, dump, {"API_KEY": "s3cr3t"}) as (_, line):
+                seen = json.loads(line)
+    assert seen["API_KEY"] == "s3cr3t" and seen[ENV_MARKER] == env.env_id
+    assert "MCPRL_TEST_HOST_ONLY" not in seen
+
+
+async def test_list_owned_finds_the_runs_environments_and_destroy_is_idempotent(
+    provisioner: Provisioner,
+) -> None:
+    run_a, run_b = run_id(), run_id()
+    with anyio.fail_after(30):
+        env = await provisioner.create(EnvConfig(), run_a)
+        try:
+            assert [e.env_id for e in await provisioner.list_owned(run_a)] == [env.env_id]
+            assert await provisioner.list_owned(run_b) == []
+        finally:
+            await provisioner.destroy(env)
+        await provisioner.destroy(env)
+        assert await provisioner.list_owned(run_a) == []
+        assert not await provisioner.health_check(env)
+
+
+async def test_a_reused_env_holds_nothing_of_the_previous_trajectory(provisioner: Provisioner) -> None:
+    pool = EnvPool(provisioner, run_id(), max_live=1)
+    task = TaskSpec(instance_id="t", instruction="x")
+    try:
+        with anyio.fail_after(60):
+            first = await pool.acquire(EnvConfig(), task)
+            handle = EnvHandle(first, provisioner)
+            await handle.write_file("answer.txt", "trajectory 1 was here")
+            await handle.run(["sh", "-c", 'mkdir -p "$HOME/.cache" && echo 1 > "$HOME/.cache/state"'])
+            await pool.release(first, task)
+            second = await pool.acquire(EnvConfig(), task)
+            assert second.env_id == first.env_id  # the same environment, reset
+            handle = EnvHandle(second, provisioner)
+            assert (await handle.run(["ls", "-A", second.workdir])).stdout == ""
+            assert (await handle.run(["sh", "-c", 'test -e "$HOME/.cache/state"'])).returncode == 1
+            await pool.release(second, task)
+            assert pool.stats()["reused"] == 1 and pool.stats()["created"] == 1
+    finally:
+        await pool.shutdown()
+
+
+async def test_a_killed_server_or_env_fails_that_trajectory_only_and_its_env_is_not_reused(
+    provisioner: Provisioner,
+) -> None:
+    edge = edge_server()
+    task = TaskSpec(instance_id="t", instruction="x")
+    pool = EnvPool(provisioner, run_id(), max_live=3)
+    try:
+        with anyio.fail_after(90):
+            envs = [await pool.acquire(EnvConfig(servers=(edge,)), task) for _ in range(3)]
+            victim_server, victim_env, survivor = envs
+            async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
+                for env in envs:
+                    await gateway.open(env, [edge])
+                for proc in marked(victim_server.env_id):  # the server dies from outside
+                    proc.kill()
+                await provisioner.destroy(victim_env)  # the whole environment disappears
+                for env in (victim_server, victim_env):
+                    result = await gateway.call(env.env_id, "edge__echo", {"text": "hi"}, 10)
+                    assert (result.is_error, result.error_kind) == (True, "server_died"), result.text
+                    assert await gateway.is_broken(env.env_id)
+                ok = await gateway.call(survivor.env_id, "edge__echo", {"text": "hi"}, 10)
+                assert (ok.is_error, ok.text) == (False, "hi") and not await gateway.is_broken(
+                    survivor.env_id
+                )
+            for env in envs:
+                await pool.release(env, task, broken=env is not survivor)
+            stats = pool.stats()
+            assert (stats["broken"], stats["destroyed"], stats["idle"]) == (2, 2, 1)
+            assert [e.env_id for e in await provisioner.list_owned(pool.run_id)] == [survivor.env_id]
+    finally:
+        await pool.shutdown()
+
+
+# -- isolated backends ---------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("isolated")
+async def test_two_environments_see_neither_each_others_files_nor_processes(provisioner: Provisioner) -> None:
+    with anyio.fail_after(60):
+        async with environment(provisioner) as a, environment(provisioner) as b:
+            handle_a, handle_b = EnvHandle(a, provisioner), EnvHandle(b, provisioner)
+            await handle_a.write_file("secret.txt", "only in a")
+            assert await handle_a.read_file("secret.txt") == "only in a"
+            assert (await handle_b.run(["test", "-e", "secret.txt"])).returncode == 1
+            assert (
+                await handle_b.run(
+                    ["sh", "-c", "grep -rs 'only in a' / --exclude-dir=proc --exclude-dir=sys"]
+                )
+            ).returncode != 0
+            list_procs = ["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]
+            async with background(provisioner, a, sleeper(3141)):
+                assert sleeping(marked(a.env_id), 3141)  # it runs, seen from the host
+                seen_from_b = await handle_b.run(list_procs)
+                assert seen_from_b.returncode == 0 and "cat /proc" in seen_from_b.stdout
+                assert "3141" not in seen_from_b.stdout
+
+
+@pytest.mark.usefixtures("isolated")
+async def test_an_env_has_no_route_out_and_cannot_reach_the_hosts_loopback(provisioner: Provisioner) -> None:
+    """Checked without sending a packet anywhere but the host's own loopback: the env has only a
+    loopback interface and an empty routing table, and a listener on the host's 127.0.0.1 is
+    not reachable (the env's 127.0.0.1 is its own)."""
+    probe = (
+        "import errno, json, os, socket, sys\n"
+        "def attempt(port):\n"
+        "    try:\n"
+        "        socket.create_connection(('127.0.0.1', port), timeout=5).close()\n"
+        "        return 'connected'\n"
+        "    except OSError as e:\n"
+        "        return errno.errorcode.get(e.errno, str(e))\n"
+        "routes = open('/proc/net/route').read().splitlines()[1:]\n"
+        "links = sorted(line.split(':')[0].strip() for line in open('/proc/net/dev').read().splitlines()[2:])\n"
+        "print(json.dumps([links, routes, attempt(int(sys.argv[1]))]))\n"
+    )
+    with anyio.fail_after(30):
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+            port = listener.extra(SocketAttribute.local_port)
+            async with await anyio.connect_tcp("127.0.0.1", port):
+                pass  # the listener is reachable from the host
+            async with environment(provisioner) as env:
+                result = await provisioner.exec(env, [sys.executable, "-c", probe, str(port)])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [["lo"], [], "ECONNREFUSED"]
+
+
+@pytest.mark.usefixtures("isolated")
+async def test_system_files_are_read_only_inside_the_env(provisioner: Provisioner) -> None:
+    with anyio.fail_after(30):
+        async with environment(provisioner) as env:
+            handle = EnvHandle(env, provisioner)
+            with pytest.raises(OSError, match="notes"):
+                await handle.write_file("/usr/notes.txt", "read-only system files")
+            assert (await handle.run(["sh", "-c", "echo x > /etc/passwd"])).returncode != 0
