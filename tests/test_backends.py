@@ -33,6 +33,7 @@ from tests.backends import (
     ISOLATED,
     REPO,
     cmdlines,
+    docker_engine,
     edge_server,
     make_backend,
     marked,
@@ -352,3 +353,79 @@ async def test_system_files_are_read_only_inside_the_env(provisioner: Provisione
             with pytest.raises(OSError, match="notes"):
                 await handle.write_file("/usr/notes.txt", "read-only system files")
             assert (await handle.run(["sh", "-c", "echo x > /etc/passwd"])).returncode != 0
+
+
+# -- a driver that dies ----------------------------------------------------------------------------
+
+
+def leftover_containers(run: str) -> int:
+    """Containers labelled with the run, counted straight from the engine (0 if there is none)."""
+    if docker_engine() is not None:
+        return 0
+    import docker
+
+    client = docker.from_env(timeout=10)
+    try:
+        return len(client.containers.list(all=True, filters={"label": f"io.mcprl.run={run}"}))
+    finally:
+        client.close()
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if any(text in arg for arg in proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("watchdog", [False, True], ids=["next-runs-reaper", "watchdog"])
+async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
+    backend: str, provisioner: Provisioner, tmp_path: Path, watchdog: bool
+) -> None:
+    run = run_id()
+    driver = [
+        sys.executable,
+        "tests/leaky_driver.py",
+        backend,
+        str(tmp_path / "envs"),
+        run,
+        str(int(watchdog)),
+    ]
+    process = await anyio.open_process(driver, cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with anyio.fail_after(90):
+            assert process.stdout is not None
+            out = b""
+            while b"ready" not in out:
+                chunk = await process.stdout.receive()
+                out += chunk
+            envs = await provisioner.list_owned(run)
+            assert len(envs) == 2 and all(edge_processes(env.env_id) for env in envs)
+            process.kill()  # SIGKILL: no finally, no atexit, no shutdown runs in the driver
+            await process.wait()
+            if watchdog:  # the watchdog notices on its own and cleans up
+                with anyio.move_on_after(30):
+                    while await provisioner.list_owned(run):  # noqa: ASYNC110 -- polling another process's work
+                        await anyio.sleep(0.1)
+            else:  # the next run's pool reaps at start-up
+                next_run = EnvPool(provisioner, run_id(), max_live=1)
+                assert await next_run.reap_leftovers() >= 2
+            assert await provisioner.list_owned(run) == []
+            assert leftover_containers(run) == 0
+            for env in envs:
+                assert await gone(env.env_id), cmdlines(marked(env.env_id))
+            with anyio.move_on_after(10):
+                while processes_mentioning(run):  # noqa: ASYNC110 -- the watchdog exits after its work
+                    await anyio.sleep(0.1)
+            assert processes_mentioning(run) == []
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+            for env in await provisioner.list_owned(run):
+                await provisioner.destroy(env)

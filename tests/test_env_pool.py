@@ -268,3 +268,55 @@ async def test_the_reaper_destroys_leftovers_of_dead_owners_only(tmp_path: Path)
         assert await anyio.Path(other_live_run.workdir).is_dir()
         assert [e.env_id for e in await provisioner.list_owned()] == [other_live_run.env_id]
         await provisioner.destroy(other_live_run)
+
+
+async def test_prewarm_creates_idle_envs_up_to_max_live_that_acquires_then_reuse(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, max_live=3)
+    assert await pool.prewarm(CONFIG_A, 5) == 3  # capped by max_live
+    stats = pool.stats()
+    assert (stats["idle"], stats["live"], stats["created"]) == (3, 3, 3)
+    envs = [await pool.acquire(CONFIG_A, make_task()) for _ in range(3)]
+    stats = pool.stats()
+    assert (stats["reused"], stats["created"], stats["held"]) == (3, 3, 3)
+    for env in envs:
+        await pool.release(env, make_task())
+    await pool.shutdown()
+
+
+async def test_envs_past_their_ttl_are_never_handed_out_again(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, max_live=2, ttl_s=0.2)
+    first = await pool.acquire(CONFIG_A, make_task())
+    await anyio.sleep(0.3)
+    await pool.release(first, make_task())  # expired while held: destroyed at release
+    assert pool.stats()["expired"] == 1 and pool.stats()["idle"] == 0
+    second = await pool.acquire(CONFIG_A, make_task())
+    assert second.env_id != first.env_id
+    await pool.release(second, make_task())  # fresh: kept idle
+    assert pool.stats()["idle"] == 1
+    await anyio.sleep(0.3)
+    assert await pool.sweep() == 1  # an expired idle one goes at the next sweep
+    stats = pool.stats()
+    assert (stats["idle"], stats["live"], stats["expired"]) == (0, 0, 2)
+    assert await pool.provisioner.list_owned("run-1") == []
+    await pool.shutdown()
+
+
+async def test_an_idle_env_past_its_ttl_is_replaced_at_acquire(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, max_live=1, ttl_s=0.2)
+    first = await pool.acquire(CONFIG_A, make_task())
+    await pool.release(first, make_task())
+    await anyio.sleep(0.3)
+    second = await pool.acquire(CONFIG_A, make_task())
+    assert second.env_id != first.env_id and pool.stats()["expired"] == 1
+    await pool.release(second, make_task())
+    await pool.shutdown()
+
+
+async def test_the_watchdog_of_a_shut_down_pool_is_stopped(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, max_live=1, watchdog=True)
+    env = await pool.acquire(CONFIG_A, make_task())
+    watchdog = pool._watchdog
+    assert watchdog is not None and watchdog.poll() is None  # guarding from the first create on
+    await pool.release(env, make_task())
+    await pool.shutdown()
+    assert watchdog.returncode is not None and pool._watchdog is None

@@ -293,6 +293,7 @@ class DockerProvisioner:
                 tag=tag,
                 buildargs=dict(build_args or {}),
                 rm=True,
+                nocache=True,  # the tag is the cache; Podman 4's layer cache ignores changed ARGs
                 labels={HOSTROOT_LABEL: "1"} if repo == HOSTROOT_REPO else None,
             )
             try:
