@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,7 @@ from transformers import AutoTokenizer
 from actors.env_pool import EnvPool
 from actors.evaluator import Evaluator
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.bwrap import BwrapProvisioner
-from actors.provisioners.local import LocalProvisioner
+from actors.provisioners.local import kill_marked_processes
 from actors.rollout import RolloutPipeline, env_config_resolver
 from policies.batch import demonstration_samples, rl_samples
 from policies.react import EpisodeLimits
@@ -31,6 +31,7 @@ from policies.types import SamplingConfig
 from specs.domains.calculator.expert import respond
 from specs.servers import load_server_registry
 from specs.task import load_tasks
+from tests.backends import BACKENDS, make_backend, run_id
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parent.parent
@@ -61,10 +62,7 @@ async def run_pipeline(
     servers: Path = DOMAIN / "servers.json",
     backend: str = "local",
 ) -> tuple[list[Any], RolloutPipeline, EnvPool]:
-    provisioner = (
-        BwrapProvisioner(tmp_path / "envs") if backend == "bwrap" else LocalProvisioner(tmp_path / "envs")
-    )
-    pool = EnvPool(provisioner, "test-run", max_live=3)
+    pool = EnvPool(make_backend(backend, tmp_path / "envs"), run_id(), max_live=3)
     async with McpGateway.running() as gateway:
         pipeline = RolloutPipeline(
             pool=pool,
@@ -85,13 +83,7 @@ async def run_pipeline(
     return groups, pipeline, pool
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "local",
-        pytest.param("bwrap", marks=pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bubblewrap")),
-    ],
-)
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_expert_groups_run_end_to_end_and_score_one(
     tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
@@ -175,3 +167,68 @@ async def test_a_server_that_cannot_start_fails_the_trajectory_not_the_step(
     assert by_task["broken"].dropped == "infra_failed"
     assert "no such database" in (by_task["broken"].trajectories[0].error or "")
     assert pipeline.metrics.lost == {"infra_failed": 1} and pool.stats()["live"] == 0
+
+
+def saboteur(pool_ref: list[EnvPool]) -> Any:
+    """A policy for the edge server: task ``crash`` makes the server die mid-call; task ``vanish``
+    reads its env id (``whereami``) and destroys the environment under the episode; other tasks
+    behave as the calculator expert."""
+
+    def policy(task: Any, conversation: str) -> str:
+        after = conversation[conversation.rfind(task.instruction) + len(task.instruction) :]
+        if task.instance_id == "crash":
+            return '<tool_call>\n{"name": "edge__crash", "arguments": {}}\n</tool_call>'
+        if task.instance_id == "vanish":
+            if "<tool_response>" not in after:
+                return '<tool_call>\n{"name": "edge__whereami", "arguments": {}}\n</tool_call>'
+            if after.count("<tool_response>") == 1:
+                cwd = json.loads(after.split("<tool_response>")[1].split("</tool_response>")[0])["cwd"]
+                (pool,) = pool_ref
+                (env,) = [env for env, _ in pool._held.values() if cwd == env.workdir]
+                kill_marked_processes(env.env_id)  # the environment dies mid-episode: what a local
+                shutil.rmtree(env.data["env_dir"])  # destroy does, from a policy that runs sync
+                return '<tool_call>\n{"name": "edge__echo", "arguments": {"text": "anyone?"}}\n</tool_call>'
+        return respond(task, conversation)
+
+    return policy
+
+
+async def test_a_server_or_env_dying_mid_episode_fails_that_trajectory_and_the_env_is_not_reused(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    registry = tmp_path / "servers.json"
+    calculator = json.loads((DOMAIN / "servers.json").read_text())["calculator"]
+    edge = {
+        "stdio": {"command": sys.executable, "args": [str(REPO / "tests" / "servers" / "edge_server.py")]}
+    }
+    registry.write_text(json.dumps({"calculator": calculator, "edge": edge}))
+    task = load_tasks(DOMAIN / "tasks" / "train.json")[0]
+    on_edge = msgspec.structs.replace(task.mcp_servers[0], name="edge", tools=("crash", "whereami", "echo"))
+    victims = [
+        msgspec.structs.replace(task, instance_id=i, mcp_servers=(on_edge,)) for i in ("crash", "vanish")
+    ]
+    pool_ref: list[EnvPool] = []
+    original = EnvPool.__init__
+
+    def remember(self: EnvPool, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        pool_ref.append(self)
+
+    monkeypatch.setattr(EnvPool, "__init__", remember)
+    groups, pipeline, pool = await run_pipeline(
+        tmp_path, tokenizer, [*victims, task], 1, policy=saboteur(pool_ref), servers=registry
+    )
+    by_task = {g.task_id: g for g in groups}
+    for victim in ("crash", "vanish"):
+        (trajectory,) = by_task[victim].trajectories
+        assert (trajectory.status, trajectory.reward, by_task[victim].dropped) == (
+            "infra_failed",
+            None,
+            "infra_failed",
+        )
+        assert "died" in (trajectory.error or ""), trajectory.error
+    assert by_task[task.instance_id].trajectories[0].reward == 1.0  # the step goes on
+    assert pipeline.metrics.lost == {"infra_failed": 2}
+    stats = pool.stats()
+    assert stats["broken"] == 2 and stats["reused"] == 0  # neither broken env came back
