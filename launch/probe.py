@@ -2,16 +2,20 @@
 
     python launch/probe.py --servers specs/domains/calculator/servers.json --server calculator
     python launch/probe.py --servers FILE --server NAME --call calculate --args '{"expression": "2*21"}'
+    python launch/probe.py --backend bwrap --servers FILE --server NAME    # sandboxed, as in training
 
 The server is looked up in a server registry (MCP-Universe ``server_list.json`` shape; templates
-filled from the environment), started inside a fresh local-provisioner environment (a temp dir,
-NO isolation) through ``McpGateway``, and its tools are printed as one JSON object on stdout:
-``{"server", "tools": [{name, tool, description, input_schema, annotations}], "call"?}``. With
-``--call`` (the bare or the namespaced tool name) it calls that tool once and adds the structured
-``ToolResult``. The environment is destroyed on exit.
+filled from the environment), started inside a fresh environment of the chosen provisioner backend
+(``--backend``: ``local``, the default, a temp dir with NO isolation; ``bwrap``, a bubblewrap
+sandbox; ``docker``, a container on the Docker-API engine at ``--docker-url``, default
+``$DOCKER_HOST``) through ``McpGateway``, so a server can be checked to work sandboxed before a run
+trains on it. Its tools are printed as one JSON object on stdout:
+``{"server", "backend", "env_id", "tools": [{name, tool, description, input_schema, annotations}],
+"call"?}``. With ``--call`` (the bare or the namespaced tool name) it calls that tool once and adds
+the structured ``ToolResult``. The environment is destroyed on exit.
 
-Exit status: 0 done; 1 the server did not start (why, with its stderr, on stderr); 2 a bad command
-line or registry; 3 the call returned an error result.
+Exit status: 0 done; 1 the environment could not be created or the server did not start (why, with
+its stderr, on stderr); 2 a bad command line or registry; 3 the call returned an error result.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,10 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import anyio  # noqa: E402
 import msgspec  # noqa: E402
 
-from actors.errors import InfraError  # noqa: E402
+from actors.errors import EnvError, InfraError  # noqa: E402
 from actors.mcp_gateway import McpGateway  # noqa: E402
-from actors.provisioners.base import EnvConfig, ServerLaunch  # noqa: E402
-from actors.provisioners.local import LocalProvisioner  # noqa: E402
+from actors.provisioners.base import EnvConfig, Provisioner, ServerLaunch, make_provisioner  # noqa: E402
 from specs.errors import SpecError  # noqa: E402
 from specs.servers import load_server_registry  # noqa: E402
 
@@ -43,6 +47,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--servers", required=True, help="server registry file (server_list.json shape)")
     parser.add_argument("--server", required=True, help="name of the server in the registry")
+    parser.add_argument(
+        "--backend",
+        choices=("local", "bwrap", "docker"),
+        default="local",
+        help="provisioner backend the server runs in (default: local, no isolation)",
+    )
+    parser.add_argument("--docker-url", help="Docker API URL for --backend docker (default: $DOCKER_HOST)")
     parser.add_argument("--call", metavar="TOOL", help="call this tool once (bare or <server>__<tool> name)")
     parser.add_argument("--args", default="{}", help="JSON object of arguments for --call (default: {})")
     parser.add_argument("--timeout", type=float, default=30.0, help="deadline of the call in seconds")
@@ -56,15 +67,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--args is not valid JSON: {e}")
     if not isinstance(args.arguments, dict):
         parser.error(f"--args must be a JSON object, got {type(args.arguments).__name__}")
+    if args.docker_url and args.backend != "docker":
+        parser.error("--docker-url needs --backend docker")
     return args
+
+
+def make_backend(args: argparse.Namespace) -> Provisioner:
+    options = {"base_url": args.docker_url} if args.backend == "docker" else {}
+    return make_provisioner(args.backend, **options)
 
 
 async def probe(launch: ServerLaunch, args: argparse.Namespace) -> tuple[int, dict[str, Any] | None]:
     """Start the server in a throwaway environment; (exit status, report)."""
-    provisioner = LocalProvisioner()
-    env = await provisioner.create(EnvConfig(servers=(launch,)), f"probe-{os.getpid()}")
+    provisioner = make_backend(args)
     try:
-        async with McpGateway.running(start_timeout_s=args.start_timeout) as gateway:
+        env = await provisioner.create(EnvConfig(servers=(launch,)), f"probe-{uuid.uuid4().hex[:8]}")
+    except EnvError as e:
+        print(f"probe: cannot create a {args.backend} environment: {e}", file=sys.stderr)
+        return 1, None
+    try:
+        async with McpGateway.running(
+            provisioner_for=lambda _: provisioner, start_timeout_s=args.start_timeout
+        ) as gateway:
             try:
                 tools = await gateway.open(env, [launch])
             except InfraError as e:
@@ -73,6 +97,8 @@ async def probe(launch: ServerLaunch, args: argparse.Namespace) -> tuple[int, di
             listing = (await gateway.server_tools(env.env_id))[launch.name]
             report: dict[str, Any] = {
                 "server": launch.name,
+                "backend": args.backend,
+                "env_id": env.env_id,
                 "tools": [
                     {
                         "name": f"{launch.name}__{t['name']}",
@@ -96,7 +122,8 @@ async def probe(launch: ServerLaunch, args: argparse.Namespace) -> tuple[int, di
             }
             return (3 if result.is_error else 0), report
     finally:
-        await provisioner.destroy(env)
+        with anyio.CancelScope(shield=True):
+            await provisioner.destroy(env)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
