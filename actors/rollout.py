@@ -274,7 +274,9 @@ def env_config_resolver(registry: Any, limits: Any = None) -> Callable[[Any], En
     build, and the run's environment limits (``memory_mb``, ``cpus``, ``pids``, ``network`` of an
     ``EnvPoolConfig``); cached per distinct configuration."""
     cache: dict[tuple[Any, ...], EnvConfig] = {}
-    shared = {name: getattr(limits, name) for name in ("memory_mb", "cpus", "pids", "network")} if limits else {}
+    shared = (
+        {name: getattr(limits, name) for name in ("memory_mb", "cpus", "pids", "network")} if limits else {}
+    )
 
     def resolve(task: Any) -> EnvConfig:
         key = (task.server_names, task.dockerfile_path, tuple(sorted(task.build_args.items())))
