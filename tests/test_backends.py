@@ -26,8 +26,9 @@ from actors.env_pool import EnvPool
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, Provisioner, ServerLaunch
 from actors.provisioners.local import ENV_MARKER
+from specs.registry import cleanup, prepare
 from specs.servers import load_server_registry
-from specs.task import TaskSpec
+from specs.task import CleanupSpec, PrepareSpec, TaskSpec
 from tests.backends import (
     BACKENDS,
     ISOLATED,
@@ -256,6 +257,36 @@ async def test_a_reused_env_holds_nothing_of_the_previous_trajectory(provisioner
             assert (await handle.run(["sh", "-c", 'test -e "$HOME/.cache/state"'])).returncode == 1
             await pool.release(second, task)
             assert pool.stats()["reused"] == 1 and pool.stats()["created"] == 1
+    finally:
+        await pool.shutdown()
+
+
+@prepare("backends.seed")
+async def seed_database(env: EnvHandle, task: TaskSpec, *, rows: list[str]) -> None:
+    await env.write_file("db/rows.txt", "\n".join(rows) + "\n")
+    await env.run(["sh", "-c", "wc -l < db/rows.txt > db/count.txt"])
+
+
+@cleanup("backends.audit")
+async def audit(env: EnvHandle, task: TaskSpec, *, log: list[str]) -> None:
+    log.append((await env.read_file("db/count.txt")).strip())
+
+
+async def test_prepare_and_cleanup_hooks_act_inside_the_env(provisioner: Provisioner) -> None:
+    seen: list[str] = []
+    task = TaskSpec(
+        instance_id="hooked",
+        instruction="x",
+        prepares=(PrepareSpec(prepare_func="backends.seed", prepare_args={"rows": ["a", "b", "c"]}),),
+        cleanups=(CleanupSpec(cleanup_func="backends.audit", cleanup_args={"log": seen}),),
+    )
+    pool = EnvPool(provisioner, run_id(), max_live=1, hook_modules=("tests.test_backends",))
+    try:
+        with anyio.fail_after(60):
+            env = await pool.acquire(EnvConfig(), task)
+            assert await EnvHandle(env, provisioner).read_file("db/rows.txt") == "a\nb\nc\n"
+            await pool.release(env, task)
+        assert seen == ["3"] and pool.stats()["hook_failures"] == 0
     finally:
         await pool.shutdown()
 
