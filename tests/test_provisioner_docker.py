@@ -110,7 +110,7 @@ async def test_images_it_cannot_have_are_clear_errors(provisioner: DockerProvisi
     broken = tmp_path / "Dockerfile"
     broken.write_text("FROM mcprl/hostroot\nCOPY missing.txt /missing.txt\n")
     with anyio.fail_after(60):
-        with pytest.raises(EnvError, match="not in the engine"):
+        with pytest.raises(EnvError, match="not in the engine and could not be pulled"):
             await provisioner.create(EnvConfig(image="mcprl/no-such-image:1"), run_id())
         with pytest.raises(EnvError, match="building mcprl/task"):
             await provisioner.create(EnvConfig(dockerfile_path=str(broken)), run_id())

@@ -77,7 +77,7 @@ logger = logging.getLogger(__name__)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _TOP_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Files programs need (user names, localhost, the loader cache, Debian's alternatives); no secrets.
-_ETC_FILES = (
+ETC_FILES = (
     "/etc/passwd",
     "/etc/group",
     "/etc/nsswitch.conf",
@@ -223,7 +223,7 @@ def sandbox_args(env: EnvInfo, command: str, cwd: str, own_env: dict[str, str]) 
     system_args, covered = _system_binds()
     args += system_args
     host_cwd = cwd if os.path.isabs(cwd) else os.path.join(work, cwd)
-    for root in _outermost([*install_roots(command, host_cwd), *map(Path, env.data.get("ro_binds", []))]):
+    for root in outermost([*install_roots(command, host_cwd), *map(Path, env.data.get("ro_binds", []))]):
         if root == env_dir or root in env_dir.parents:  # would show every other environment's files
             logger.warning("bwrap env %s: not binding %s, it contains the environment", env.env_id, root)
         elif not any(root == c or c in root.parents for c in (*covered, Path(work), Path(home))):
@@ -261,7 +261,7 @@ def _system_binds() -> tuple[tuple[str, ...], tuple[Path, ...]]:
         elif path.is_dir():
             args += ["--ro-bind", top, top]
         covered.append(path)
-    for name in _ETC_FILES:
+    for name in ETC_FILES:
         args += ["--ro-bind-try", name, name]
         covered.append(Path(name))
     return tuple(args), tuple(covered)
@@ -320,7 +320,7 @@ def _shebang(path: Path) -> list[Path]:
     return [Path(words[0])] if words and os.path.isabs(words[0]) else []
 
 
-def _outermost(paths: Sequence[Path]) -> list[Path]:
+def outermost(paths: Sequence[Path]) -> list[Path]:
     """Sorted, without duplicates and without paths inside another one of the list."""
     kept: list[Path] = []
     for path in sorted(set(paths)):

@@ -6,8 +6,7 @@ socket), and nothing here needs the ``docker`` command line.
 
 An environment is a container that idles (``sleep infinity``) while the work happens in execs:
 
-- **image**: ``EnvConfig.image`` as given (it must already be in the engine: no registry is
-  pulled from); or built from ``EnvConfig.dockerfile_path`` with ``build_args``, tagged
+- **image**: ``EnvConfig.image`` as given (pulled once if the engine lacks it); or built from ``EnvConfig.dockerfile_path`` with ``build_args``, tagged
   ``mcprl/task:<hash of the build context, Dockerfile and build args>``, so it is built once per
   content (not per trajectory; a second create finds the tag); or, when the config names neither,
   the *host-root* image ``mcprl/hostroot``: a rootfs of a few symlinks and empty mount points that
@@ -58,7 +57,7 @@ import psutil
 
 from actors.errors import EnvError
 from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
-from actors.provisioners.bwrap import _ETC_FILES, SANDBOX_PATH, _outermost, install_roots
+from actors.provisioners.bwrap import ETC_FILES, SANDBOX_PATH, install_roots, outermost
 from actors.provisioners.local import ENV_MARKER, TIMEOUT_RETURNCODE, wait_until_gone
 
 logger = logging.getLogger(__name__)
@@ -75,7 +74,6 @@ LABEL_BACKEND, LABEL_RUN, LABEL_ENV, LABEL_INFO = (
     "io.mcprl.env",
     "io.mcprl.info",
 )
-_STREAMS = {1: "stdout", 2: "stderr"}
 _RUNNING_TIMEOUT_S = 30.0
 
 
@@ -248,13 +246,7 @@ class DockerProvisioner:
         """The image tag for ``config`` (built if the engine lacks it) and whether it is host-root."""
         client = _client(self.base_url)
         if config.image:
-            try:
-                image = await anyio.to_thread.run_sync(client.images.get, config.image)
-            except Exception as e:
-                raise EnvError(
-                    f"docker backend: image {config.image!r} is not in the engine ({_short(e)}); "
-                    "build or load it first (no registry is pulled from)"
-                ) from e
+            image = await self._local_or_pulled(config.image)
             return config.image, HOSTROOT_LABEL in (image.labels or {})
         hostroot = await self._ensure_hostroot()
         if not config.dockerfile_path:
@@ -263,6 +255,23 @@ class DockerProvisioner:
         tag = await self._build_once(TASK_REPO, context, config.build_args)
         image = await anyio.to_thread.run_sync(client.images.get, tag)
         return tag, HOSTROOT_LABEL in (image.labels or {})
+
+    async def _local_or_pulled(self, name: str) -> Any:
+        import docker.errors
+
+        client = _client(self.base_url)
+        try:
+            return await anyio.to_thread.run_sync(client.images.get, name)
+        except docker.errors.ImageNotFound:
+            pass
+        async with self._build_locks.setdefault(name, anyio.Lock()):
+            try:
+                return await anyio.to_thread.run_sync(client.images.pull, name)
+            except Exception as e:
+                raise EnvError(
+                    f"docker backend: image {name!r} is not in the engine and could not be pulled "
+                    f"({_short(e)}); build or load it there first"
+                ) from e
 
     async def _ensure_hostroot(self) -> str:
         """The host-root image, also tagged ``mcprl/hostroot:latest`` for ``FROM`` lines."""
@@ -312,10 +321,10 @@ class DockerProvisioner:
         cpus = config.cpus or self.cpus
         binds = list(self.ro_binds)
         if hostroot:
-            binds += ["/usr", *(p for p in _ETC_FILES if os.path.exists(p))]
+            binds += ["/usr", *(p for p in ETC_FILES if os.path.exists(p))]
             for server in config.servers:
                 binds += [str(p) for p in install_roots(server.command, WORKDIR)]
-        kept = _outermost([Path(b) for b in binds])
+        kept = outermost([Path(b) for b in binds])
         hidden = [str(p) for p in kept if Path(WORKDIR) in (p, *p.parents)]
         if hidden:
             raise EnvError(
