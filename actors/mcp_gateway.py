@@ -1,8 +1,14 @@
 """McpGateway: one set of MCP sessions per environment, every tool failure turned into an observation.
 
-``open(env, servers, allowed_tools)`` starts each server over stdio *inside* the environment (the
-command comes from ``provisioner.stdio_launch``), lists its tools, namespaces them
-``<server>__<tool>``, keeps the ones the task allows and pins that list for the episode.
+``open(env, servers, allowed_tools)`` reaches each server of the environment: a stdio server is
+started *inside* the environment (the command comes from ``provisioner.stdio_launch``), an
+MCP-Universe ``sse`` entry is started and reached on its port (local backend only: a sandbox's
+ports are its own), an ``http_url`` server is reached over streamable HTTP with its headers. It
+lists their tools (annotations kept), namespaces them ``<server>__<tool>``, keeps the ones the
+task allows and pins that list for the episode. With ``route=True`` the agent also gets the
+built-in ``route`` tool (BM25 search over the inventory, ``actors/tool_router.py``); with
+``top_k`` it is shown only the ``top_k`` tools retrieved for ``query`` (plus ``route``), and may
+still call any pinned tool it finds. ``budget_s`` caps the tool time of the whole episode.
 ``call(env_id, name, arguments, timeout_s)`` never raises for tool-level problems: an unknown tool,
 arguments that fail the tool's input schema, an ``isError`` result, a JSON-RPC error, a crashed
 server and a deadline all come back as a ``ToolResult`` with ``is_error`` and ``error_kind`` set and
@@ -10,11 +16,12 @@ a message the model can read. ``close(env_id)`` ends the sessions and their proc
 
 Failure semantics (see the failure model in ARCHITECTURE.md):
 
-- deadline: the request is abandoned and the server's session is closed, which terminates its
-  process tree (the SDK closes stdin, then SIGTERM/SIGKILL to the process group). A cancellation
-  notice alone would not stop work stuck in native code or a child process. The environment is
-  marked broken (never reused: a half-done side effect may remain); the next call to that server
-  starts a fresh process, so the episode can go on, with that server's in-memory state lost.
+- deadline: the request is abandoned, which sends MCP's ``notifications/cancelled``; if the server
+  then answers a ping within ``cancel_grace_s`` it keeps running (its state intact). If it does not
+  (work stuck in native code or a blocked event loop), its session is closed, which terminates its
+  process tree (the SDK closes stdin, then SIGTERM/SIGKILL to the process group), and the next call
+  to that server starts a fresh process, with that server's in-memory state lost. Either way the
+  environment is marked broken (never reused: a half-done side effect may remain).
 - server died (connection closed, or it stops answering pings after an unexpected error): the
   environment is marked broken and every further call to that server returns ``server_died``; the
   rollout ends the trajectory as failed-by-infrastructure.
@@ -24,26 +31,41 @@ task, so each server runs in its own long-lived task in the gateway's task group
 it enters both contexts, signals readiness and waits for its stop event. Calls come from other
 tasks through the session object. A hung server blocks only the calls to it.
 
+Observations: text parts as text; images as a placeholder, or kept in ``ToolResult.images`` for a
+multimodal model (``keep_images``); ``structuredContent`` kept in ``ToolResult.structured``; every
+value filled from a ``{{VAR}}`` template redacted (also from logged stderr); the chat template's
+control tokens and the tool protocol's tags escaped, so tool output can neither close a turn nor
+open a role; capped at ``max_output_chars`` with a marker.
+
 Works with the ``mcp`` SDK 1.x and 2.x: results and tools are read in their wire (JSON) form
 (``actors/mcp_wire.py``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import IO, Any, TextIO, cast
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
+import msgspec
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.sse import sse_client
+from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from actors.errors import GatewayError, InfraError
 from actors.mcp_wire import (
     CONNECTION_CLOSED,
+    DEFAULT_CONTROL_TOKENS,
     INVALID_PARAMS,
     argument_problem,
     argument_validator,
@@ -51,9 +73,13 @@ from actors.mcp_wire import (
     content_text,
     describe,
     error_code,
+    escape_controls,
+    redact,
     tool_spec,
 )
 from actors.provisioners.base import EnvInfo, Provisioner, ServerLaunch, make_provisioner
+from actors.provisioners.local import kill_group
+from actors.tool_router import ROUTE_TOOL, ToolRouter, route_observation, visible_tools
 from policies.types import ToolResult, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -78,15 +104,21 @@ class _Server:
         try:
             self.stderr.seek(0, 2)
             self.stderr.seek(max(0, self.stderr.tell() - _STDERR_TAIL))
-            return self.stderr.read().decode(errors="replace").strip()
+            return redact(self.stderr.read().decode(errors="replace").strip(), self.launch.secrets)
         except (OSError, ValueError):
             return ""
 
     def describe_failure(self) -> str:
         cause = describe(self.failure) if self.failure else "exited before it was ready"
         tail = self.stderr_tail()
-        where = f"MCP server {self.name!r} (command {self.launch.command!r}) of env {self.env_id}"
-        return f"{where} failed to start: {cause}" + (f"\n--- its stderr (tail) ---\n{tail}" if tail else "")
+        how = (
+            f"url {self.launch.url!r}"
+            if self.launch.transport == "http"
+            else f"command {self.launch.command!r}"
+        )
+        where = f"MCP server {self.name!r} ({how}) of env {self.env_id}"
+        text = f"{where} failed to start: {cause}" + (f"\n--- its stderr (tail) ---\n{tail}" if tail else "")
+        return redact(text, self.launch.secrets)
 
 
 class _Env:
@@ -97,6 +129,9 @@ class _Env:
         self.validators: dict[str, Any] = {}
         self.broken: str | None = None
         self.restart_lock = anyio.Lock()
+        self.secrets: tuple[str, ...] = ()
+        self.budget_left_s: float | None = None
+        self.router: ToolRouter | None = None
 
 
 class McpGateway:
@@ -109,10 +144,17 @@ class McpGateway:
         start_timeout_s: float = 60.0,
         stop_timeout_s: float = 15.0,
         max_output_chars: int = 20_000,
+        cancel_grace_s: float = 1.0,
+        control_tokens: Sequence[str] = (),
+        keep_images: bool = False,
     ) -> None:
+        """``control_tokens``: the model's special tokens, escaped in every observation on top of
+        ``DEFAULT_CONTROL_TOKENS``; ``keep_images``: pass images through for a multimodal model."""
         self._provisioner_for = provisioner_for
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
-        self.max_output_chars = max_output_chars
+        self.max_output_chars, self.cancel_grace_s = max_output_chars, cancel_grace_s
+        self.controls = tuple(dict.fromkeys([*DEFAULT_CONTROL_TOKENS, *control_tokens]))
+        self.keep_images = keep_images
         self._envs: dict[str, _Env] = {}
         self._closed_broken: set[str] = set()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -142,11 +184,18 @@ class McpGateway:
         env: EnvInfo,
         servers: Sequence[ServerLaunch],
         allowed_tools: dict[str, tuple[str, ...] | None] | None = None,
+        *,
+        budget_s: float | None = None,
+        route: bool = False,
+        top_k: int | None = None,
+        query: str = "",
     ) -> list[ToolSpec]:
-        """Start the servers inside ``env``; the tools the model may call, pinned for the episode.
+        """Reach the servers of ``env``; the tools the model is shown, pinned for the episode.
 
-        Raises ``InfraError`` if a server does not come up, ``GatewayError`` on misuse or when an
-        allowed tool does not exist on its server."""
+        ``budget_s``: total tool time of the episode (each call's deadline is cut to what is left);
+        ``route``: add the built-in ``route`` tool; ``top_k``: show only the ``top_k`` tools
+        retrieved for ``query`` (plus ``route``). Raises ``InfraError`` if a server does not come
+        up, ``GatewayError`` on misuse or when an allowed tool does not exist on its server."""
         if self._tg is None:
             raise GatewayError("McpGateway.open called outside `async with McpGateway.running()`")
         if env.env_id in self._envs:
@@ -154,11 +203,25 @@ class McpGateway:
         names = [s.name for s in servers]
         if len(set(names)) != len(names):
             raise GatewayError(f"env {env.env_id}: duplicate server names in {names}")
+        sse = [s.name for s in servers if s.transport == "sse"]
+        if sse and env.backend != "local":
+            raise GatewayError(
+                f"env {env.env_id}: server(s) {sse} have only an 'sse' entry, whose port is reachable "
+                f"only on the local backend, not {env.backend!r}; give them a 'stdio' entry"
+            )
         state = _Env(env, self._provisioner_for(env.backend))
+        state.secrets = tuple(sorted({v for s in servers for v in s.secrets}, key=lambda v: (-len(v), v)))
+        state.budget_left_s = budget_s
         self._envs[env.env_id] = state
         try:
             for server in servers:
-                self._start(state, state.provisioner.stdio_launch(env, server))
+                launch = server if server.transport == "http" else state.provisioner.stdio_launch(env, server)
+                self._start(
+                    state,
+                    msgspec.structs.replace(
+                        launch, transport=server.transport, url=server.url, secrets=server.secrets
+                    ),
+                )
             # A backstop only: each _serve task bounds its own start with start_timeout_s.
             with anyio.fail_after(self.start_timeout_s + self.stop_timeout_s):
                 for srv in state.servers.values():
@@ -172,19 +235,49 @@ class McpGateway:
             with anyio.CancelScope(shield=True):
                 await self.close(env.env_id)
             raise
-        return list(state.tools.values())
+        inventory = list(state.tools.values())
+        if not (route or top_k):
+            return inventory
+        state.router = ToolRouter(inventory)
+        if top_k:
+            return visible_tools(state.router, query, top_k, always=("route",))
+        return [ROUTE_TOOL, *inventory]
 
     async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
         """Call a namespaced tool; every tool-level failure is returned, never raised."""
         state = self._env(env_id)
         started = time.perf_counter()
-
-        def result(text: str, kind: str | None = None) -> ToolResult:
-            text = cap_text(text, self.max_output_chars)
-            latency = time.perf_counter() - started
-            return ToolResult(text=text, is_error=kind is not None, error_kind=kind, latency_s=latency)
-
         spec = state.tools.get(name)
+
+        def result(text: str, kind: str | None = None, **extra: Any) -> ToolResult:
+            text = cap_text(
+                escape_controls(redact(text, state.secrets), self.controls), self.max_output_chars
+            )
+            latency = time.perf_counter() - started
+            if state.budget_left_s is not None and kind != "budget_exhausted":
+                state.budget_left_s -= latency
+            logger.debug(
+                "env %s call %s ok=%s kind=%s read_only=%s %.1f ms %d bytes",
+                env_id,
+                name,
+                kind is None,
+                kind,
+                spec.read_only if spec else None,
+                latency * 1e3,
+                extra.get("output_bytes", 0),
+            )
+            return ToolResult(
+                text=text,
+                is_error=kind is not None,
+                error_kind=kind,
+                latency_s=latency,
+                server=spec.server if spec else None,
+                read_only=spec.read_only if spec else None,
+                **extra,
+            )
+
+        if name == ROUTE_TOOL.name and state.router is not None:
+            return result(route_observation(state.router, arguments))
         if spec is None:
             return result(
                 f"Unknown tool {name!r}. Available tools: {', '.join(state.tools) or '(none)'}.",
@@ -197,6 +290,12 @@ class McpGateway:
         problem = argument_problem(state.validators.get(name), arguments)
         if problem:
             return result(f"Invalid arguments for {name}: {problem}", "bad_arguments")
+        if state.budget_left_s is not None:
+            if state.budget_left_s <= 0:
+                return result(
+                    f"Tool {name} was not run: the episode's tool time budget is spent.", "budget_exhausted"
+                )
+            timeout_s = min(timeout_s, state.budget_left_s)
         srv = state.servers[spec.server]
         with anyio.move_on_after(timeout_s) as deadline:
             srv = await self._usable(state, srv)
@@ -210,17 +309,18 @@ class McpGateway:
             except Exception as e:  # the boundary: every failure becomes an observation
                 return result(*await self._classify_failure(state, srv, name, e))
         if deadline.cancelled_caught:
-            self._kill(state, srv, f"{name} exceeded its {timeout_s:g}s deadline")
-            return result(
-                f"Tool {name} did not finish within its {timeout_s:g}s deadline: the call was cancelled and "
-                f"server {srv.name!r} was stopped (it restarts on the next call, with its state lost).",
-                "timeout",
-            )
+            return result(await self._after_deadline(state, srv, name, timeout_s), "timeout")
         wire = raw.model_dump(by_alias=True, mode="json", exclude_none=True)
-        text = content_text(wire)
+        text, images = content_text(wire, keep_images=self.keep_images)
+        extra: dict[str, Any] = {"output_bytes": len(json.dumps(wire.get("content") or []).encode())}
+        if wire.get("structuredContent") is not None:
+            structured = json.dumps(wire["structuredContent"], ensure_ascii=False)
+            extra["structured"] = json.loads(redact(structured, state.secrets))
+        if images:
+            extra["images"] = images
         if wire.get("isError"):
-            return result(text or f"Tool {name} reported an error without a message.", "tool_error")
-        return result(text)
+            return result(text or f"Tool {name} reported an error without a message.", "tool_error", **extra)
+        return result(text, **extra)
 
     async def server_tools(self, env_id: str) -> dict[str, list[dict[str, Any]]]:
         """Each server's full tool listing in MCP wire form (annotations included), before filtering."""
@@ -269,15 +369,8 @@ class McpGateway:
 
     async def _serve(self, srv: _Server) -> None:
         """The task that owns one server's transport and session, from start to stop."""
-        launch = srv.launch
-        params = StdioServerParameters(
-            command=launch.command, args=list(launch.args), env=dict(launch.env), cwd=launch.cwd
-        )
         try:
-            async with (
-                stdio_client(params, errlog=cast(TextIO, srv.stderr)) as (read, write),
-                ClientSession(read, write) as session,
-            ):
+            async with self._connect(srv) as (read, write), ClientSession(read, write) as session:
                 with anyio.fail_after(self.start_timeout_s):
                     await session.initialize()
                     srv.tools = await _list_tools(session)
@@ -287,13 +380,57 @@ class McpGateway:
         except Exception as e:
             srv.failure = e
             if srv.status == "up":
-                logger.warning("MCP server %r of env %s ended: %s", srv.name, srv.env_id, describe(e))
+                logger.warning(
+                    "MCP server %r of env %s ended: %s",
+                    srv.name,
+                    srv.env_id,
+                    redact(describe(e), srv.launch.secrets),
+                )
         finally:
             srv.session = None
             if srv.status in ("starting", "up"):
                 srv.status = "closed" if srv.stop.is_set() else "dead"
             srv.ready.set()
             srv.done.set()
+
+    @asynccontextmanager
+    async def _connect(self, srv: _Server) -> AsyncIterator[tuple[Any, Any]]:
+        """The transport streams to one server: stdio (a process in the environment), streamable
+        HTTP (a running server, with its headers) or SSE (a process started here, on its port)."""
+        launch = srv.launch
+        if launch.transport == "http":
+            assert launch.url is not None
+            async with (
+                create_mcp_http_client(headers=dict(launch.headers)) as client,
+                streamable_http_client(launch.url, http_client=client) as (read, write),
+            ):
+                yield read, write
+            return
+        params = StdioServerParameters(
+            command=launch.command, args=list(launch.args), env=dict(launch.env), cwd=launch.cwd
+        )
+        if launch.transport == "stdio":
+            async with stdio_client(params, errlog=cast(TextIO, srv.stderr)) as (read, write):
+                yield read, write
+            return
+        assert launch.url is not None  # sse: a listener started here (local backend only)
+        process = await anyio.open_process(
+            [launch.command, *launch.args],
+            cwd=launch.cwd,
+            env=get_default_environment() | dict(launch.env),
+            stdin=subprocess.DEVNULL,
+            stdout=srv.stderr,
+            stderr=srv.stderr,
+            start_new_session=True,
+        )
+        try:
+            await _wait_listening(launch.url, process, self.start_timeout_s)
+            async with sse_client(launch.url) as (read, write):
+                yield read, write
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(kill_group, process.pid)
+                await process.aclose()
 
     async def _usable(self, state: _Env, srv: _Server) -> _Server:
         """The server to send to: a server stopped by a deadline is replaced by a fresh process."""
@@ -317,6 +454,19 @@ class McpGateway:
             srv.status = "killed"
         srv.stop.set()
 
+    async def _after_deadline(self, state: _Env, srv: _Server, name: str, timeout_s: float) -> str:
+        """The call was abandoned (the SDK sent ``notifications/cancelled``): keep a server that
+        still answers, stop one that does not. The environment is broken either way."""
+        state.broken = state.broken or f"{name} exceeded its {timeout_s:g}s deadline"
+        limit = f"Tool {name} did not finish within its {timeout_s:g}s deadline"
+        if srv.status == "up" and await _answers_ping(srv, self.cancel_grace_s):
+            return f"{limit}: the call was cancelled (server {srv.name!r} is still running)."
+        self._kill(state, srv, state.broken)
+        return (
+            f"{limit}: the call was cancelled and server {srv.name!r} was stopped (it restarts on the "
+            "next call, with its state lost)."
+        )
+
     async def _classify_failure(self, state: _Env, srv: _Server, name: str, e: Exception) -> tuple[str, str]:
         code = error_code(e)
         if srv.status == "killed":
@@ -327,7 +477,7 @@ class McpGateway:
         if code not in (None, CONNECTION_CLOSED):  # a JSON-RPC error reply: the server is alive
             kind = "bad_arguments" if code == INVALID_PARAMS else "tool_error"
             return f"Tool {name} failed: MCP error {code}: {describe(e)}", kind
-        if code is None and await _answers_ping(srv):
+        if code is None and await _answers_ping(srv, _PING_S):
             return f"Tool {name} failed: {describe(e)}", "tool_error"
         state.broken = state.broken or f"server {srv.name} died during {name}"
         srv.status = "dead"
@@ -375,17 +525,33 @@ async def _list_tools(session: ClientSession) -> list[dict[str, Any]]:
     return tools
 
 
-async def _answers_ping(srv: _Server) -> bool:
+async def _answers_ping(srv: _Server, within_s: float) -> bool:
     session = srv.session
     if session is None:
         return False
-    with anyio.move_on_after(_PING_S):
+    with anyio.move_on_after(within_s):
         try:
             await session.send_ping()
             return True
         except Exception:
             return False
     return False
+
+
+async def _wait_listening(url: str, process: anyio.abc.Process, timeout_s: float) -> None:
+    """Until something accepts connections at ``url``'s port (bounded); fails if ``process`` exits."""
+    port = urlsplit(url).port
+    with anyio.fail_after(timeout_s):
+        while True:
+            if process.returncode is not None:
+                raise GatewayError(f"the SSE server for {url} exited with code {process.returncode}")
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port or 80)
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return
 
 
 class McpGatewayActor:
@@ -435,8 +601,9 @@ class McpGatewayActor:
         env: EnvInfo,
         servers: list[ServerLaunch],
         allowed_tools: dict[str, tuple[str, ...] | None] | None = None,
+        **options: Any,
     ) -> list[ToolSpec]:
-        return await (await self._get()).open(env, servers, allowed_tools)
+        return await (await self._get()).open(env, servers, allowed_tools, **options)
 
     async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
         return await (await self._get()).call(env_id, name, arguments, timeout_s)

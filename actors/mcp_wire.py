@@ -39,6 +39,7 @@ def tool_spec(server: str, tool: dict[str, Any]) -> ToolSpec:
         description=tool.get("description") or tool.get("title") or "",
         parameters=tool.get("inputSchema") or {"type": "object"},
         read_only=annotations.get("readOnlyHint"),
+        annotations=dict(annotations),
     )
 
 
@@ -65,13 +66,22 @@ def argument_problem(validator: Any, arguments: dict[str, Any]) -> str | None:
     return f"{error.message}" + (f" (at {where})" if where else "")
 
 
-def content_text(wire: dict[str, Any]) -> str:
-    """Text parts joined by newlines; other content as a placeholder that says what was left out."""
+def content_text(
+    wire: dict[str, Any], *, keep_images: bool = False
+) -> tuple[str, tuple[dict[str, str], ...]]:
+    """Text parts joined by newlines, other content as a placeholder that says what was left out;
+    and the images, when ``keep_images`` (their placeholder then says where they went)."""
     parts: list[str] = []
+    images: list[dict[str, str]] = []
     for item in wire.get("content") or []:
         kind = item.get("type")
         if kind == "text":
             parts.append(item.get("text", ""))
+        elif kind == "image" and keep_images:
+            images.append(
+                {"mimeType": item.get("mimeType", "application/octet-stream"), "data": item.get("data", "")}
+            )
+            parts.append(f"[image {len(images)}: {images[-1]['mimeType']}, attached]")
         elif kind in ("image", "audio"):
             size = len(item.get("data", "")) * 3 // 4
             parts.append(
@@ -89,7 +99,52 @@ def content_text(wire: dict[str, Any]) -> str:
             parts.append(f"[{kind} content, not shown]")
     if not parts and wire.get("structuredContent") is not None:
         parts.append(json.dumps(wire["structuredContent"], ensure_ascii=False))
-    return "\n".join(parts)
+    return "\n".join(parts), tuple(images)
+
+
+DEFAULT_CONTROL_TOKENS = (
+    # ChatML (SmolLM2, Qwen), Llama 3, Mistral, Gemma, generic end-of-text
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "[INST]",
+    "[/INST]",
+    "</s>",
+    # the tool protocol's own tags (policies/chat.py)
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+"""Strings a tool's output must not contain verbatim: the chat templates' turn and role markers
+and the tool protocol's tags. The gateway adds the run's tokenizer's special tokens to these."""
+
+
+def escape_controls(text: str, controls: tuple[str, ...]) -> str:
+    """``text`` with every control string defused so that no tokenizer reads it as the control:
+    ``<|im_end|>`` becomes ``&lt;|im_end|>``; one that does not start with ``<`` gets a word joiner
+    (U+2060) after its first character. Longer controls first, so overlaps are handled."""
+    if not controls or not text:
+        return text
+    for control in sorted(set(controls), key=len, reverse=True):
+        if control and control in text:
+            safe = "&lt;" + control[1:] if control.startswith("<") else control[0] + "\u2060" + control[1:]
+            text = text.replace(control, safe)
+    return text
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every secret value replaced by ``[redacted]`` (longest first)."""
+    for secret in secrets:
+        if secret and secret in text:
+            text = text.replace(secret, "[redacted]")
+    return text
 
 
 def cap_text(text: str, limit: int) -> str:

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -35,8 +36,9 @@ class Actors(msgspec.Struct, kw_only=True):
     weights_dir: str
 
 
-def start_actors(cfg: RunConfig, run_id: str) -> Actors:
-    """Create every actor of the run (Ray must be initialised)."""
+def start_actors(cfg: RunConfig, run_id: str, control_tokens: Sequence[str] = ()) -> Actors:
+    """Create every actor of the run (Ray must be initialised). ``control_tokens``: the model's
+    special tokens, which the gateway escapes in every tool observation."""
     from actors.env_pool import remote_env_pool
     from actors.evaluator import Evaluator
     from actors.generator import remote_generator
@@ -57,7 +59,7 @@ def start_actors(cfg: RunConfig, run_id: str) -> Actors:
         watchdog=True,  # a killed driver (and with it this actor) leaves no environment behind
         ray_options=here,
     )
-    gateway = remote_mcp_gateway(ray_options=here)
+    gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
     evaluator = remote_class(Evaluator, **here).remote(hook_modules=cfg.domain.hook_modules)
     generator = remote_generator(**here).remote(
         model_path=cfg.model.path,

@@ -85,8 +85,12 @@ class RolloutPipeline:
         run_workers: int,
         eval_workers: int,
         system_prompt: str | None = None,
+        gateway_options: dict[str, Any] | None = None,
     ) -> None:
+        """``gateway_options``: per-episode options of ``McpGateway.open`` (``budget_s``, ``route``,
+        ``top_k``; the retrieval query is the task's prompt)."""
         self._pool, self._gateway, self._evaluator = pool, gateway, evaluator
+        self._gateway_options = dict(gateway_options or {})
         self._env_config_for = env_config_for
         self._engine_for = engine_for
         self._recorder_factory = recorder_factory
@@ -158,7 +162,9 @@ class RolloutPipeline:
                 env = await self._pool.acquire(config, task)
                 self._live += 1
                 self.metrics.max_live_envs = max(self.metrics.max_live_envs, self._live)
-                tools = await self._gateway.open(env, list(config.servers), _allowed(task))
+                tools = await self._gateway.open(
+                    env, list(config.servers), _allowed(task), query=_prompt(task), **self._gateway_options
+                )
             self.metrics.acquired += 1
 
             async with self._stage(self._run, "run"):

@@ -116,7 +116,7 @@ async def train(cfg: RunConfig) -> int:
     try:
         reporter = Reporter(cfg, run_id)
         cleanup.callback(reporter.close)
-        actors = start_actors(cfg, run_id)
+        actors = start_actors(cfg, run_id, control_tokens=tokenizer.all_special_tokens)
         cleanup.push_async_callback(stop_actors, actors)
         print(
             f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}",
@@ -141,6 +141,7 @@ async def train(cfg: RunConfig) -> int:
                 run_workers=cfg.rollout.run_workers,
                 eval_workers=cfg.rollout.eval_workers,
                 system_prompt=cfg.domain.system_prompt,
+                gateway_options=cfg.rollout.gateway_options(),
             )
 
         limits = EpisodeLimits(

@@ -130,5 +130,7 @@ def _record(turn: int, parsed: Any, result: ToolResult) -> ToolCallRecord:
         ok=not result.is_error,
         error_kind=result.error_kind,
         latency_s=result.latency_s,
-        output_bytes=len(result.text.encode()),
+        output_bytes=result.output_bytes or len(result.text.encode()),
+        server=result.server,
+        read_only=result.read_only,
     )

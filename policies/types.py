@@ -50,6 +50,9 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     """JSON schema of the arguments (MCP ``inputSchema``)."""
     read_only: bool | None = None
     """MCP ``readOnlyHint`` annotation, when the server gives one."""
+    annotations: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Every MCP tool annotation the server gives (``readOnlyHint``, ``destructiveHint``,
+    ``idempotentHint``, ``openWorldHint``, ``title``), as on the wire."""
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,11 +66,23 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     """What a tool call returned, already turned into text the model can read."""
 
     text: str
+    """The observation for a text model: text parts, placeholders for images and binary data,
+    control tokens escaped, secrets redacted, capped in size."""
     is_error: bool = False
     error_kind: str | None = None
     """``None`` on success; else one of ``tool_error``, ``timeout``, ``unknown_tool``,
-    ``bad_arguments``, ``parse_error``, ``server_died``."""
+    ``bad_arguments``, ``parse_error``, ``server_died``, ``budget_exhausted``."""
     latency_s: float = 0.0
+    output_bytes: int = 0
+    """Size of the server's result as it came over the wire (before any cap)."""
+    structured: Any = None
+    """The result's ``structuredContent``, as the server returned it (secrets redacted)."""
+    images: tuple[dict[str, str], ...] = ()
+    """Images (``{"mimeType", "data"}``, base64) kept for multimodal models (gateway option)."""
+    server: str | None = None
+    """The MCP server that ran the call (``None``: it never reached one)."""
+    read_only: bool | None = None
+    """The tool's ``readOnlyHint``."""
 
 
 class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +95,8 @@ class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     error_kind: str | None
     latency_s: float
     output_bytes: int
+    server: str | None = None
+    read_only: bool | None = None
 
 
 TrajectoryStatus = Literal["ok", "infra_failed", "eval_failed"]

@@ -114,6 +114,18 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Deadline of one tool call; the call is cancelled and its process killed past it."""
     max_context_tokens: int = 1024
     """Most tokens of one whole conversation; the episode ends truncated beyond it."""
+    tool_budget_s: float | None = None
+    """Total tool time of one episode: each call's deadline is cut to what is left, and calls past
+    it are refused (``budget_exhausted``); ``null``: only the per-call deadline."""
+    route_tool: bool = False
+    """Give the agent the built-in ``route`` tool: BM25 search over the environment's tools."""
+    tools_top_k: int | None = None
+    """Show the agent only the ``k`` tools retrieved for the task's instruction (plus ``route``;
+    any other tool it finds stays callable); ``null``: show every tool."""
+
+    def gateway_options(self) -> dict[str, object]:
+        """The per-episode options of ``McpGateway.open``."""
+        return {"budget_s": self.tool_budget_s, "route": self.route_tool, "top_k": self.tools_top_k}
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -138,6 +150,10 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ValueError("rollout.temperature must be >= 0 and rollout.top_p in (0, 1]")
         if self.tool_timeout_s <= 0:
             raise ValueError("rollout.tool_timeout_s must be > 0: every tool call needs a deadline")
+        if self.tool_budget_s is not None and self.tool_budget_s <= 0:
+            raise ValueError("rollout.tool_budget_s must be > 0 seconds, or null for no episode budget")
+        if self.tools_top_k is not None and self.tools_top_k < 1:
+            raise ValueError("rollout.tools_top_k must be >= 1, or null to show every tool")
 
 
 class GeneratorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -8,8 +8,8 @@ A file maps each server name to an entry (MCP-Universe ``mcpuniverse/mcp/config.
      "remote": {"http_url": "https://host/mcp", "headers": {"Authorization": "Bearer {{TOKEN}}"}}}
 
 ``stdio`` and ``sse`` are commands (``sse`` starts the server as an SSE listener on ``{{PORT}}``);
-``http_url``/``headers`` name an already running streamable-HTTP server. All are parsed and kept;
-``launch`` builds the stdio command line, the only transport the gateway uses for now.
+``http_url``/``headers`` name an already running streamable-HTTP server. ``launch`` picks one
+transport per server (stdio first) and fills its templates.
 
 Templates ``{{VAR}}`` (also ``{{ VAR }}``, as MCP-Universe renders them with Jinja) are filled from
 the process environment at launch time, never at load time: a registry holds templates only, and
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -96,42 +97,71 @@ class ServerRegistry:
         return self._entries[name]
 
     def launch(self, name: str, environ: Mapping[str, str] | None = None) -> ServerLaunch:
-        """The stdio command for ``name`` with templates filled from ``environ`` (default: os.environ)."""
+        """How to reach ``name``, templates filled from ``environ`` (default: os.environ).
+
+        The transport is the entry's ``stdio`` command when it has one, else its ``http_url``
+        (streamable HTTP, with ``headers``), else its ``sse`` command (started on a free port
+        that fills ``{{PORT}}``, reached at ``http://127.0.0.1:<port>/sse``)."""
         entry = self.entry(name)
         where = f"server {name!r}"
-        if entry.stdio is None:
-            has = [f for f in _ENTRY_FIELDS[1:3] if getattr(entry, f)]
-            raise SpecError(
-                self.file,
-                where,
-                f"no 'stdio' entry (has: {', '.join(has) or 'nothing'}); "
-                "the gateway starts servers over stdio only",
-            )
-        source = os.environ if environ is None else environ
+        source = dict(os.environ if environ is None else environ)
         fill = _Filler(source, self.file, name)
-        command = fill(entry.stdio.command, f"{where}.stdio.command")
-        args = tuple(fill(a, f"{where}.stdio.args[{i}]") for i, a in enumerate(entry.stdio.args))
         env = {k: fill(v, f"{where}.env.{k}") for k, v in entry.env.items()}
+        if entry.stdio is None and entry.http_url:
+            url = fill(entry.http_url, f"{where}.http_url")
+            headers = {k: fill(v, f"{where}.headers.{k}") for k, v in (entry.headers or {}).items()}
+            return ServerLaunch(
+                name=name, transport="http", url=url, headers=headers, env=env, secrets=fill.secrets()
+            )
+        spec, transport = (entry.stdio, "stdio") if entry.stdio is not None else (entry.sse, "sse")
+        assert spec is not None  # parsing demands one transport
+        url = None
+        if transport == "sse":
+            port = free_port()
+            fill.public["PORT"] = str(port)
+            url = f"http://127.0.0.1:{port}/sse"
+        command = fill(spec.command, f"{where}.{transport}.command")
+        args = tuple(fill(a, f"{where}.{transport}.args[{i}]") for i, a in enumerate(spec.args))
         if command in _PYTHON_NAMES:
             command = sys.executable
         elif "/" in command and not os.path.isabs(command):
             # A server's own virtual environment inside the project (".cache/servers/x/bin/python"):
             # absolute, because the provisioner starts the server in the environment's workdir.
             command = os.path.abspath(command)
-        return ServerLaunch(name=name, command=command, args=args, env=env)
+        return ServerLaunch(
+            name=name,
+            command=command,
+            args=args,
+            env=env,
+            transport=transport,
+            url=url,
+            secrets=fill.secrets(),
+        )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class _Filler:
-    """Fills ``{{VAR}}`` from a mapping; a missing or empty variable is a ``SpecError`` naming it."""
+    """Fills ``{{VAR}}`` from a mapping; a missing or empty variable is a ``SpecError`` naming it.
+    Remembers the values it filled (``secrets()``), except those of ``public`` variables."""
 
     def __init__(self, environ: Mapping[str, str], file: str, server: str) -> None:
         self._environ = environ
         self._file = file
         self._server = server
+        self.public: dict[str, str] = {}
+        self._filled: set[str] = set()
 
     def __call__(self, text: str, where: str) -> str:
         def sub(match: re.Match[str]) -> str:
             var = match.group(1)
+            if var in self.public:
+                return self.public[var]
             value = self._environ.get(var, "")
             if not value:  # MCP-Universe also treats an empty variable as unset
                 raise SpecError(
@@ -139,9 +169,13 @@ class _Filler:
                     where,
                     f"environment variable {var} is not set (needed by MCP server {self._server!r})",
                 )
+            self._filled.add(value)
             return value
 
         return _TEMPLATE.sub(sub, text)
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(sorted(self._filled, key=lambda v: (-len(v), v)))  # longest first, for redaction
 
 
 def _parse_entry(name: str, raw: Any, file: str) -> ServerEntry:

@@ -84,11 +84,24 @@ def test_an_unknown_server_lists_the_known_names() -> None:
     assert "calculator, filesystem, google-search" in info.value.message
 
 
-def test_a_server_without_stdio_cannot_be_launched_and_says_what_it_has() -> None:
-    with pytest.raises(SpecError, match=r"no 'stdio' entry \(has: http_url\)"):
-        load_server_registry(DATA / "mcpuniverse_server_list.json").launch(
-            "remote-docs", environ={"DOCS_TOKEN": "t"}
-        )
+def test_a_server_without_stdio_is_reached_over_http_with_its_templates_filled_and_kept_secret() -> None:
+    launch = load_server_registry(DATA / "mcpuniverse_server_list.json").launch(
+        "remote-docs", environ={"DOCS_TOKEN": "t0ken-value"}
+    )
+    assert (launch.transport, launch.command) == ("http", "")
+    assert "t0ken-value" in "".join(launch.headers.values()) and launch.secrets == ("t0ken-value",)
+    assert "t0ken-value" not in repr(launch)
+
+
+def test_an_sse_only_server_gets_a_free_port_that_is_not_a_secret(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(
+        json.dumps({"s": {"sse": {"command": "python3", "args": ["-m", "srv", "--port", "{{PORT}}"]}}})
+    )
+    launch = load_server_registry(path).launch("s", environ={})
+    port = launch.args[-1]
+    assert launch.transport == "sse" and launch.url == f"http://127.0.0.1:{port}/sse"
+    assert port.isdigit() and launch.secrets == ()
 
 
 def test_malformed_entries_are_all_reported(tmp_path: Path) -> None:

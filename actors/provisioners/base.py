@@ -10,23 +10,37 @@ on an environment through ``make_provisioner(info.backend)``.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
 
 class ServerLaunch(msgspec.Struct, frozen=True, kw_only=True):
-    """How to start one MCP server over stdio (command line, environment, working dir)."""
+    """How to reach one MCP server: a command run over stdio inside the environment (``stdio``), a
+    command that listens for SSE on a port (``sse``, MCP-Universe's legacy entry) or the URL of a
+    running streamable-HTTP server (``http``)."""
 
     name: str
-    command: str
+    command: str = ""
     args: tuple[str, ...] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     """Extra environment variables; may hold secrets filled from templates: never log them."""
     cwd: str | None = None
+    transport: Literal["stdio", "sse", "http"] = "stdio"
+    url: str | None = None
+    """``http``: the server's endpoint; ``sse``: where the started command listens."""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    """HTTP headers for ``url`` (tokens filled from templates)."""
+    secrets: tuple[str, ...] = ()
+    """Every value filled from a ``{{VAR}}`` template: the gateway redacts them from observations."""
 
     def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
-        return f"ServerLaunch(name={self.name!r}, command={self.command!r}, args={self.args!r}, env=<{len(self.env)} vars>)"
+        where = (
+            f"url={self.url!r}"
+            if self.transport == "http"
+            else f"command={self.command!r}, args={self.args!r}"
+        )
+        return f"ServerLaunch(name={self.name!r}, transport={self.transport!r}, {where}, env=<{len(self.env)} vars>)"
 
 
 class EnvConfig(msgspec.Struct, frozen=True, kw_only=True):

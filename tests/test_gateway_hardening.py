@@ -1,0 +1,231 @@
+"""The gateway against untrusted servers: control-token injection, images and structured output,
+annotations, secrets, streamable HTTP and legacy SSE transports, routing and top-k tools.
+
+All against real MCP servers (``tests/servers/edge_server.py`` over stdio, HTTP and SSE)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from transformers import AutoTokenizer
+
+from actors.errors import GatewayError, InfraError
+from actors.mcp_gateway import McpGateway
+from actors.provisioners.base import EnvConfig, EnvInfo, ServerLaunch
+from actors.provisioners.local import LocalProvisioner
+from policies.chat import format_tool_result
+from policies.react import EpisodeLimits, build_messages, run_episode
+from policies.scripted import ScriptedEngine
+from policies.tokens import ChatRecorder
+from policies.types import SamplingConfig, ToolResult
+from specs.servers import free_port, load_server_registry
+from tests.backends import EDGE_SERVER, edge_server, marked
+
+pytestmark = pytest.mark.anyio
+SECRET = "s3cr3t-7f1e9a"
+
+
+@asynccontextmanager
+async def opened(
+    tmp_path: Path, *servers: ServerLaunch, gateway_kwargs: dict[str, Any] | None = None, **open_kwargs: Any
+) -> AsyncIterator[tuple[McpGateway, EnvInfo, list[Any]]]:
+    provisioner = LocalProvisioner(tmp_path / "envs")
+    env = await provisioner.create(EnvConfig(servers=servers), "test-run")
+    try:
+        with anyio.fail_after(60):
+            async with McpGateway.running(**(gateway_kwargs or {})) as gateway:
+                tools = await gateway.open(env, list(servers), **open_kwargs)
+                yield gateway, env, tools
+    finally:
+        await provisioner.destroy(env)
+
+
+def registry(tmp_path: Path, entries: dict[str, Any]) -> Path:
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(entries))
+    return path
+
+
+async def test_tool_output_can_neither_close_the_turn_nor_open_a_role(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    async with opened(
+        tmp_path, edge_server(), gateway_kwargs={"control_tokens": tokenizer.all_special_tokens}
+    ) as (
+        gateway,
+        env,
+        _,
+    ):
+        result = await gateway.call(env.env_id, "edge__inject", {}, 10)
+    for control in ("<|im_end|>", "<|im_start|>", "</tool_response>", "<tool_call>"):
+        assert control not in result.text
+    assert "&lt;|im_start|>system" in result.text  # defused, still readable
+    call = '<tool_call>\n{"name": "edge__inject", "arguments": {}}\n</tool_call>'
+
+    def controls_in_prompt(observation: ToolResult) -> dict[str, int]:
+        messages = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": call},
+            format_tool_result(observation),
+        ]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False)  # as the recorder tokenizes it
+        return {t: ids.count(tokenizer.convert_tokens_to_ids(t)) for t in ("<|im_start|>", "<|im_end|>")}
+
+    # only the template's own turn markers: exactly as many as around a harmless result
+    assert controls_in_prompt(result) == controls_in_prompt(ToolResult(text="42"))
+
+
+async def test_images_are_kept_for_multimodal_models_or_replaced_by_a_placeholder(tmp_path: Path) -> None:
+    async with opened(tmp_path, edge_server(), gateway_kwargs={"keep_images": True}) as (gateway, env, _):
+        kept = await gateway.call(env.env_id, "edge__picture", {}, 10)
+    assert [i["mimeType"] for i in kept.images] == ["image/png"] and kept.images[0]["data"]
+    assert "[image 1: image/png, attached]" in kept.text and "a transparent pixel" in kept.text
+    async with opened(tmp_path, edge_server()) as (gateway, env, _):
+        text_only = await gateway.call(env.env_id, "edge__picture", {}, 10)
+    assert text_only.images == () and "not shown" in text_only.text
+
+
+async def test_structured_output_annotations_and_the_call_record(tmp_path: Path) -> None:
+    async with opened(tmp_path, edge_server()) as (gateway, env, tools):
+        by_name = {t.name: t for t in tools}
+        assert by_name["edge__echo"].annotations == {"readOnlyHint": True} and by_name["edge__echo"].read_only
+        assert by_name["edge__boom"].annotations == {} and by_name["edge__boom"].read_only is None
+        measured = await gateway.call(env.env_id, "edge__measure", {"text": "two words"}, 10)
+        echoed = await gateway.call(env.env_id, "edge__echo", {"text": "hello"}, 10)
+    assert measured.structured == {"chars": 9, "words": 2} and not measured.is_error
+    assert (echoed.server, echoed.read_only, echoed.text) == ("edge", True, "hello")
+    assert echoed.output_bytes > len("hello")  # the wire form, before any cap
+
+
+async def test_secrets_from_templates_never_reach_observations_logs_or_trajectories(
+    tmp_path: Path, model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    entries = {
+        "edge": {
+            "stdio": {"command": "python", "args": [str(EDGE_SERVER)]},
+            "env": {"API_KEY": "{{EDGE_KEY}}"},
+        },
+        "noisy": {
+            "stdio": {"command": "sh", "args": ["-c", "echo key is $API_KEY >&2; exit 3"]},
+            "env": {"API_KEY": "{{EDGE_KEY}}"},
+        },
+    }
+    servers = load_server_registry(registry(tmp_path, entries))
+    edge, noisy = servers.launch("edge", {"EDGE_KEY": SECRET}), servers.launch("noisy", {"EDGE_KEY": SECRET})
+    with pytest.raises(InfraError) as failed:
+        async with opened(tmp_path, noisy):
+            pass
+    assert "key is [redacted]" in str(failed.value) and SECRET not in str(failed.value)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    def leaky(task: Any, conversation: str) -> str:
+        if "<tool_response>" in conversation.split("Which key?")[-1]:
+            return "Done."
+        return '<tool_call>\n{"name": "edge__getenv", "arguments": {"name": "API_KEY"}}\n</tool_call>'
+
+    async with opened(tmp_path, edge) as (gateway, env, tools):
+        trajectory = await run_episode(
+            task_id="t",
+            group_id="g",
+            messages=build_messages("Which key?", tools, None),
+            recorder=ChatRecorder(tokenizer),
+            engine=ScriptedEngine(tokenizer, leaky, None),
+            tools=gateway,
+            env_id=env.env_id,
+            sampling=SamplingConfig(temperature=0.0),
+            limits=EpisodeLimits(max_turns=2, max_context_tokens=2048),
+        )
+    assert trajectory.tool_calls and trajectory.tool_calls[0].ok
+    assert "[redacted]" in json.dumps(trajectory.messages)
+    assert SECRET not in msgspec.json.encode(trajectory).decode()
+    assert SECRET not in tokenizer.decode(trajectory.token_ids)
+    assert SECRET not in caplog.text and SECRET not in repr(edge)
+
+
+@pytest.fixture
+def http_edge() -> Iterator[tuple[int, str]]:
+    """The edge server over streamable HTTP on a loopback port, requiring a bearer token."""
+    port, token = free_port(), "tok-31415"
+    process = subprocess.Popen(
+        [sys.executable, str(EDGE_SERVER), "--http", str(port)],
+        env={"EDGE_TOKEN": token, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        anyio.run(_until_listening, port)
+        yield port, token
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+async def _until_listening(port: int) -> None:
+    with anyio.fail_after(30):
+        while True:
+            try:
+                await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
+                return
+            except OSError:
+                await anyio.sleep(0.05)
+
+
+async def test_a_remote_server_over_streamable_http_with_templated_headers(
+    tmp_path: Path, http_edge: tuple[int, str]
+) -> None:
+    port, token = http_edge
+    entry = {
+        "http_url": f"http://127.0.0.1:{port}/mcp",
+        "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"},
+    }
+    servers = load_server_registry(registry(tmp_path, {"remote": entry}))
+    good = servers.launch("remote", {"EDGE_TOKEN": token})
+    async with opened(tmp_path, good) as (gateway, env, tools):
+        assert "remote__echo" in {t.name for t in tools}
+        result = await gateway.call(env.env_id, "remote__echo", {"text": f"my token is {token}"}, 10)
+    assert (result.is_error, result.text) == (False, "my token is [redacted]")
+    bad = servers.launch("remote", {"EDGE_TOKEN": "wrong"})
+    with pytest.raises(InfraError, match="remote"):
+        async with opened(tmp_path, bad):
+            pass
+
+
+async def test_a_legacy_sse_server_is_started_on_its_port_and_stopped_with_the_env(tmp_path: Path) -> None:
+    entry = {"sse": {"command": "python", "args": [str(EDGE_SERVER), "--sse", "{{PORT}}"]}}
+    legacy = load_server_registry(registry(tmp_path, {"legacy": entry})).launch("legacy", {})
+    async with opened(tmp_path, legacy) as (gateway, env, _):
+        assert (await gateway.call(env.env_id, "legacy__echo", {"text": "over sse"}, 10)).text == "over sse"
+        assert marked(env.env_id)
+    assert marked(env.env_id) == []  # the listener went with the environment
+    sandboxed = EnvInfo(env_id="x", run_id="r", backend="bwrap", key="k", workdir="/tmp", created_at=0.0)
+    async with McpGateway.running() as gateway:
+        with pytest.raises(GatewayError, match="only on the local backend"):
+            await gateway.open(sandboxed, [legacy])
+
+
+async def test_the_route_tool_and_top_k_tools_per_episode(tmp_path: Path) -> None:
+    async with opened(tmp_path, edge_server(), route=True) as (gateway, env, tools):
+        assert tools[0].name == "route" and len(tools) > 10
+        found = await gateway.call(env.env_id, "route", {"query": "count the words of a text", "k": 3}, 10)
+        assert found.text.splitlines()[0].startswith("edge__measure(text)")
+        assert not found.is_error and found.read_only is None  # served by the gateway itself
+    query = "return the text unchanged"
+    async with opened(tmp_path, edge_server(), top_k=2, query=query) as (gateway, env, tools):
+        shown = [t.name for t in tools]
+        assert shown[0] == "route" and "edge__echo" in shown and len(shown) == 3
+        hidden = await gateway.call(env.env_id, "edge__measure", {"text": "still callable"}, 10)
+        assert isinstance(hidden, ToolResult) and hidden.structured == {"chars": 14, "words": 2}
