@@ -63,6 +63,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from actors.errors import GatewayError, InfraError
+from actors.mcp_endpoint import serve_endpoint
 from actors.mcp_wire import (
     CONNECTION_CLOSED,
     DEFAULT_CONTROL_TOKENS,
@@ -81,6 +82,7 @@ from actors.provisioners.base import EnvInfo, Provisioner, ServerLaunch, make_pr
 from actors.provisioners.local import kill_group
 from actors.tool_router import ROUTE_TOOL, ToolRouter, route_observation, visible_tools
 from policies.types import ToolResult, ToolSpec
+from specs.servers import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +134,7 @@ class _Env:
         self.secrets: tuple[str, ...] = ()
         self.budget_left_s: float | None = None
         self.router: ToolRouter | None = None
+        self.endpoint: anyio.CancelScope | None = None
 
 
 class McpGateway:
@@ -322,6 +325,29 @@ class McpGateway:
             return result(text or f"Tool {name} reported an error without a message.", "tool_error", **extra)
         return result(text, **extra)
 
+    def tools(self, env_id: str) -> list[ToolSpec]:
+        """Every tool the environment's episode may call (``route`` first when it is on)."""
+        state = self._env(env_id)
+        return ([ROUTE_TOOL] if state.router is not None else []) + list(state.tools.values())
+
+    async def serve(self, env_id: str, port: int | None = None, call_timeout_s: float = 60.0) -> str:
+        """Serve the environment's tools as one MCP server (streamable HTTP on 127.0.0.1, DNS-rebinding
+        protection on) until the environment is closed; its URL. See ``actors/mcp_endpoint.py``."""
+        state = self._env(env_id)
+        if state.endpoint is not None:
+            raise GatewayError(f"env {env_id} is already served")
+        assert self._tg is not None
+        scope = state.endpoint = anyio.CancelScope()
+
+        async def run(*, task_status: Any) -> None:
+            with scope:
+                await serve_endpoint(
+                    self, env_id, port or free_port(), call_timeout_s, task_status=task_status
+                )
+
+        url: str = await self._tg.start(run, name=f"mcp-endpoint:{env_id}")
+        return url
+
     async def server_tools(self, env_id: str) -> dict[str, list[dict[str, Any]]]:
         """Each server's full tool listing in MCP wire form (annotations included), before filtering."""
         return {name: list(srv.tools) for name, srv in self._env(env_id).servers.items()}
@@ -338,6 +364,8 @@ class McpGateway:
             return
         if state.broken:
             self._closed_broken.add(env_id)
+        if state.endpoint is not None:
+            state.endpoint.cancel()
         for srv in state.servers.values():
             srv.stop.set()
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.stop_timeout_s) as scope:
@@ -610,6 +638,9 @@ class McpGatewayActor:
 
     async def server_tools(self, env_id: str) -> dict[str, list[dict[str, Any]]]:
         return await (await self._get()).server_tools(env_id)
+
+    async def serve(self, env_id: str, port: int | None = None, call_timeout_s: float = 60.0) -> str:
+        return await (await self._get()).serve(env_id, port, call_timeout_s)
 
     async def is_broken(self, env_id: str) -> bool:
         return await (await self._get()).is_broken(env_id)

@@ -17,6 +17,9 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from transformers import AutoTokenizer
 
 from actors.errors import GatewayError, InfraError
@@ -229,3 +232,27 @@ async def test_the_route_tool_and_top_k_tools_per_episode(tmp_path: Path) -> Non
         assert shown[0] == "route" and "edge__echo" in shown and len(shown) == 3
         hidden = await gateway.call(env.env_id, "edge__measure", {"text": "still callable"}, 10)
         assert isinstance(hidden, ToolResult) and hidden.structured == {"chars": 14, "words": 2}
+
+
+async def test_an_env_served_as_one_mcp_endpoint_is_the_same_env_and_refuses_rebinding(
+    tmp_path: Path,
+) -> None:
+    async with opened(tmp_path, edge_server()) as (gateway, env, _):
+        url = await gateway.serve(env.env_id)
+        assert url.startswith("http://127.0.0.1:")
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            assert "edge__write_file" in listed and listed["edge__echo"].annotations.read_only_hint is True
+            wrote = await session.call_tool("edge__write_file", {"name": "from_outside.txt", "text": "hi"})
+            assert not wrote.is_error
+        assert (Path(env.workdir) / "from_outside.txt").read_text() == "hi"  # the very same environment
+        async with create_mcp_http_client(headers={"Host": "evil.example"}) as client:
+            rebound = await client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert rebound.status_code == 421
+        await gateway.close(env.env_id)
+        with pytest.raises(OSError):  # the endpoint went with the environment
+            await anyio.connect_tcp("127.0.0.1", int(url.split(":")[2].split("/")[0]))
