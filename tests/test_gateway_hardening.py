@@ -256,3 +256,28 @@ async def test_an_env_served_as_one_mcp_endpoint_is_the_same_env_and_refuses_reb
         await gateway.close(env.env_id)
         with pytest.raises(OSError):  # the endpoint went with the environment
             await anyio.connect_tcp("127.0.0.1", int(url.split(":")[2].split("/")[0]))
+
+
+def test_probe_shows_an_http_servers_tools_and_annotations(
+    tmp_path: Path, http_edge: tuple[int, str]
+) -> None:
+    port, token = http_edge
+    entry = {
+        "http_url": f"http://127.0.0.1:{port}/mcp",
+        "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"},
+    }
+    command = [sys.executable, "launch/probe.py", "--servers", str(registry(tmp_path, {"remote": entry}))]
+    command += ["--server", "remote", "--call", "echo", "--args", '{"text": "probed"}']
+    done = subprocess.run(
+        command,
+        cwd=EDGE_SERVER.parents[2],
+        env={"EDGE_TOKEN": token, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    annotations = {t["tool"]: t["annotations"] for t in report["tools"]}
+    assert annotations["echo"] == {"readOnlyHint": True} and report["call"]["result"]["text"] == "probed"
+    assert token not in done.stdout + done.stderr
