@@ -2,12 +2,18 @@
 
 A server is someone else's program with its own dependencies (``mcp-server-calculator`` needs
 ``mcp<2``, the framework uses ``mcp`` 2.x), so it gets its own venv under ``.cache/servers/<name>``
-rather than sharing the trainer's. A domain lists what each server needs in
-``specs/domains/<domain>/server_envs.json`` (``{"server": ["pkg==1.2", ...]}``) and its
-``servers.json`` runs ``.cache/servers/<server>/bin/python -m ...``. Idempotent: an environment
-whose recorded requirements match is left alone.
+rather than sharing the trainer's. A ``server_envs.json`` lists what each server needs
+(``{"server": ["pkg==1.2", ...]}``; keys starting with ``_`` are comments) and the matching
+``servers.json`` runs ``.cache/servers/<server>/bin/python -m ...``. Pin exact versions (the
+server's package and the ``mcp`` SDK it was checked with), so a rebuild installs the same thing.
 
-    python -m launch.server_envs [--root .cache/servers] [DOMAIN_DIR ...]
+Which files: every built-in domain's (``specs/domains/*/server_envs.json``) and the third-party
+servers the test suite runs (``tests/servers/thirdparty/server_envs.json``), or the files (or
+domain directories) given. A server name is one venv: two files that list it with different
+requirements are an error. Idempotent: an environment whose recorded requirements match is left
+alone.
+
+    python -m launch.server_envs [--root .cache/servers] [FILE_OR_DOMAIN_DIR ...]
 """
 
 from __future__ import annotations
@@ -16,9 +22,45 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
-DOMAINS = Path(__file__).resolve().parent.parent / "specs" / "domains"
+PROJECT = Path(__file__).resolve().parent.parent
+DOMAINS = PROJECT / "specs" / "domains"
+SPEC_GLOBS = ("specs/domains/*/server_envs.json", "tests/servers/thirdparty/server_envs.json")
+"""The ``server_envs.json`` files ``make servers`` builds, relative to the project root."""
+
+
+def default_spec_files() -> list[Path]:
+    return [path for pattern in SPEC_GLOBS for path in sorted(PROJECT.glob(pattern))]
+
+
+def spec_file(arg: str) -> Path:
+    """A ``server_envs.json`` path, or a domain directory holding one."""
+    path = Path(arg)
+    return path / "server_envs.json" if path.is_dir() else path
+
+
+def collect(files: Iterable[Path]) -> dict[str, list[str]]:
+    """Server name -> requirements over every file; ``SystemExit`` naming both files on a clash."""
+    wanted: dict[str, list[str]] = {}
+    source: dict[str, Path] = {}
+    for file in files:
+        entries = json.loads(file.read_text())
+        if not isinstance(entries, dict):
+            raise SystemExit(f"{file}: expected an object mapping server names to requirement lists")
+        for server, requirements in entries.items():
+            if server.startswith("_"):
+                continue
+            if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
+                raise SystemExit(f"{file}: server {server!r}: expected a list of requirement strings")
+            if server in wanted and sorted(wanted[server]) != sorted(requirements):
+                raise SystemExit(
+                    f"server env {server!r} is listed with different requirements in {source[server]} "
+                    f"({wanted[server]}) and {file} ({requirements}); one name is one venv: rename one"
+                )
+            wanted[server], source[server] = list(requirements), file
+    return wanted
 
 
 def ensure_server_env(root: Path, server: str, requirements: list[str]) -> Path:
@@ -40,14 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--root", default=".cache/servers", help="where server venvs live")
-    parser.add_argument("domains", nargs="*", help="domain directories (default: every built-in domain)")
+    parser.add_argument(
+        "specs",
+        nargs="*",
+        metavar="FILE_OR_DOMAIN_DIR",
+        help="server_envs.json files or domain directories (default: " + ", ".join(SPEC_GLOBS) + ")",
+    )
     args = parser.parse_args(argv)
-    dirs = [Path(d) for d in args.domains] or sorted(p for p in DOMAINS.iterdir() if p.is_dir())
-    for domain in dirs:
-        spec = domain / "server_envs.json"
-        if spec.exists():
-            for server, requirements in json.loads(spec.read_text()).items():
-                ensure_server_env(Path(args.root), server, list(requirements))
+    missing = [a for a in args.specs if not Path(a).exists()]
+    if missing:
+        raise SystemExit(f"no such file or directory: {', '.join(missing)}")
+    files = [spec_file(a) for a in args.specs] or default_spec_files()
+    # a domain directory without server_envs.json has no server of its own: nothing to build
+    for server, requirements in collect(f for f in files if f.is_file()).items():
+        ensure_server_env(Path(args.root), server, requirements)
     return 0
 
 
