@@ -316,9 +316,10 @@ class McpGateway:
         wire = raw.model_dump(by_alias=True, mode="json", exclude_none=True)
         text, images = content_text(wire, keep_images=self.keep_images)
         extra: dict[str, Any] = {"output_bytes": len(json.dumps(wire.get("content") or []).encode())}
-        if wire.get("structuredContent") is not None:
-            structured = json.dumps(wire["structuredContent"], ensure_ascii=False)
-            extra["structured"] = json.loads(redact(structured, state.secrets))
+        if (structured := wire.get("structuredContent")) is not None:
+            if state.secrets:  # redact through the JSON text: secrets may sit in any nested string
+                structured = json.loads(redact(json.dumps(structured, ensure_ascii=False), state.secrets))
+            extra["structured"] = structured
         if images:
             extra["images"] = images
         if wire.get("isError"):
