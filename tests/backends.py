@@ -13,14 +13,20 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
+import anyio.abc
 import psutil
 import pytest
+from mcp.client.stdio import get_default_environment
 
-from actors.provisioners.base import Provisioner, ServerLaunch
+from actors.provisioners.base import EnvConfig, EnvInfo, Provisioner, ServerLaunch
 from actors.provisioners.bwrap import BwrapProvisioner, install_roots
 from actors.provisioners.local import ENV_MARKER, LocalProvisioner
 
@@ -114,3 +120,50 @@ def sleeper(seconds: int) -> str:
 
 def sleeping(procs: list[psutil.Process], seconds: int) -> bool:
     return any(len(c) > 1 and f"time.sleep({seconds})" in c[-1] for c in cmdlines(procs))
+
+
+@asynccontextmanager
+async def environment(provisioner: Provisioner, config: EnvConfig | None = None) -> AsyncIterator[EnvInfo]:
+    env = await provisioner.create(config or EnvConfig(), run_id())
+    try:
+        yield env
+    finally:
+        with anyio.CancelScope(shield=True):
+            await provisioner.destroy(env)
+
+
+@asynccontextmanager
+async def background(
+    provisioner: Provisioner, env: EnvInfo, code: str, environ: dict[str, str] | None = None
+) -> AsyncIterator[tuple[anyio.abc.Process, str]]:
+    """``python -c code`` started in ``env`` exactly as the gateway starts a server (``stdio_launch``);
+    yields the process and its first line of output, so the process is known to be up."""
+    server = ServerLaunch(name="bg", command=sys.executable, args=("-c", code), env=environ or {})
+    launch = provisioner.stdio_launch(env, server)
+    process = await anyio.open_process(
+        [launch.command, *launch.args],
+        env=get_default_environment() | launch.env,  # what the MCP SDK passes to a server
+        cwd=launch.cwd,
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await process.stdout.receive()
+        yield process, line.decode()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+async def gone(env_id: str, seconds: float = 10.0) -> bool:
+    """Whether every marked process of the environment is gone within ``seconds`` (polled)."""
+    with anyio.move_on_after(seconds):
+        while marked(env_id):  # noqa: ASYNC110 -- host processes signal no event: poll, bounded
+            await anyio.sleep(0.05)
+        return True
+    return False

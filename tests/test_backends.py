@@ -11,8 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -20,11 +18,10 @@ import anyio.abc
 import psutil
 import pytest
 from anyio.abc import SocketAttribute
-from mcp.client.stdio import get_default_environment
 
 from actors.env_pool import EnvPool
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, Provisioner, ServerLaunch
+from actors.provisioners.base import EnvConfig, EnvHandle, Provisioner, ServerLaunch
 from actors.provisioners.local import ENV_MARKER
 from specs.registry import cleanup, prepare
 from specs.servers import load_server_registry
@@ -33,9 +30,12 @@ from tests.backends import (
     BACKENDS,
     ISOLATED,
     REPO,
+    background,
     cmdlines,
     docker_engine,
     edge_server,
+    environment,
+    gone,
     make_backend,
     marked,
     run_id,
@@ -61,53 +61,6 @@ def provisioner(backend: str, tmp_path: Path) -> Provisioner:
 def isolated(backend: str) -> None:
     if backend not in ISOLATED:
         pytest.skip(f"the {backend} backend is not isolated (development only, by design)")
-
-
-@asynccontextmanager
-async def environment(provisioner: Provisioner, config: EnvConfig | None = None) -> AsyncIterator[EnvInfo]:
-    env = await provisioner.create(config or EnvConfig(), run_id())
-    try:
-        yield env
-    finally:
-        with anyio.CancelScope(shield=True):
-            await provisioner.destroy(env)
-
-
-@asynccontextmanager
-async def background(
-    provisioner: Provisioner, env: EnvInfo, code: str, environ: dict[str, str] | None = None
-) -> AsyncIterator[tuple[anyio.abc.Process, str]]:
-    """``python -c code`` started in ``env`` exactly as the gateway starts a server (``stdio_launch``);
-    yields the process and its first line of output, so the process is known to be up."""
-    server = ServerLaunch(name="bg", command=sys.executable, args=("-c", code), env=environ or {})
-    launch = provisioner.stdio_launch(env, server)
-    process = await anyio.open_process(
-        [launch.command, *launch.args],
-        env=get_default_environment() | launch.env,  # what the MCP SDK passes to a server
-        cwd=launch.cwd,
-        stdin=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = b""
-        while not line.endswith(b"\n"):
-            line += await process.stdout.receive()
-        yield process, line.decode()
-    finally:
-        with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-            await process.aclose()
-
-
-async def gone(env_id: str, seconds: float = 10.0) -> bool:
-    """Whether every marked process of the environment is gone within ``seconds`` (polled)."""
-    with anyio.move_on_after(seconds):
-        while marked(env_id):  # noqa: ASYNC110 -- host processes signal no event: poll, bounded
-            await anyio.sleep(0.05)
-        return True
-    return False
 
 
 def edge_processes(env_id: str) -> list[psutil.Process]:

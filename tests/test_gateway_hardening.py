@@ -177,6 +177,16 @@ def http_edge() -> Iterator[tuple[int, str]]:
         process.wait(timeout=10)
 
 
+def http_entry(port: int) -> dict[str, Any]:
+    """A server-list entry for the HTTP edge server, its token from a template."""
+    return {"http_url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"}}
+
+
+def http_entry(port: int) -> dict[str, Any]:
+    """A server-list entry for the HTTP edge server, its token from a template."""
+    return {"http_url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"}}
+
+
 async def _until_listening(port: int) -> None:
     with anyio.fail_after(30):
         while True:
@@ -191,10 +201,7 @@ async def test_a_remote_server_over_streamable_http_with_templated_headers(
     tmp_path: Path, http_edge: tuple[int, str]
 ) -> None:
     port, token = http_edge
-    entry = {
-        "http_url": f"http://127.0.0.1:{port}/mcp",
-        "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"},
-    }
+    entry = http_entry(port)
     servers = load_server_registry(registry(tmp_path, {"remote": entry}))
     good = servers.launch("remote", {"EDGE_TOKEN": token})
     async with opened(tmp_path, good) as (gateway, env, tools):
@@ -262,10 +269,7 @@ def test_probe_shows_an_http_servers_tools_and_annotations(
     tmp_path: Path, http_edge: tuple[int, str]
 ) -> None:
     port, token = http_edge
-    entry = {
-        "http_url": f"http://127.0.0.1:{port}/mcp",
-        "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"},
-    }
+    entry = http_entry(port)
     command = [sys.executable, "launch/probe.py", "--servers", str(registry(tmp_path, {"remote": entry}))]
     command += ["--server", "remote", "--call", "echo", "--args", '{"text": "probed"}']
     done = subprocess.run(

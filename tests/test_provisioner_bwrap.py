@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import anyio.abc
 import pytest
-from mcp.client.stdio import get_default_environment
 
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, ServerLaunch
+from actors.provisioners.base import EnvConfig, EnvHandle, ServerLaunch
 from actors.provisioners.bwrap import BwrapProvisioner
 from actors.provisioners.local import ENV_MARKER
+from tests.backends import background, environment
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None,
@@ -34,46 +30,6 @@ CALCULATOR_REGISTRY = REPO / "specs" / "domains" / "calculator" / "servers.json"
 @pytest.fixture
 def provisioner(tmp_path: Path) -> BwrapProvisioner:
     return BwrapProvisioner(tmp_path / "envs")
-
-
-@asynccontextmanager
-async def environment(
-    provisioner: BwrapProvisioner, config: EnvConfig | None = None
-) -> AsyncIterator[EnvInfo]:
-    env = await provisioner.create(config or EnvConfig(), "test-run")
-    try:
-        yield env
-    finally:
-        with anyio.CancelScope(shield=True):
-            await provisioner.destroy(env)
-
-
-@asynccontextmanager
-async def background(
-    provisioner: BwrapProvisioner, env: EnvInfo, code: str, environ: dict[str, str] | None = None
-) -> AsyncIterator[tuple[anyio.abc.Process, str]]:
-    """``python -c code`` started in ``env`` exactly as the gateway starts a server (``stdio_launch``);
-    yields the process and its first line of output, so the sandbox is known to be up."""
-    server = ServerLaunch(name="bg", command=sys.executable, args=("-c", code), env=environ or {})
-    launch = provisioner.stdio_launch(env, server)
-    process = await anyio.open_process(
-        [launch.command, *launch.args],
-        env=get_default_environment() | launch.env,  # what the MCP SDK passes to a server
-        cwd=launch.cwd,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = b""
-        while not line.endswith(b"\n"):
-            line += await process.stdout.receive()
-        yield process, line.decode()
-    finally:
-        with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-            await process.aclose()
 
 
 @pytest.mark.anyio

@@ -30,7 +30,7 @@ from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, Provisioner
 from policies.types import ToolResult
 from specs.servers import load_server_registry
-from tests.backends import BACKENDS, REPO, cmdlines, make_backend, marked, run_id, unavailable
+from tests.backends import BACKENDS, REPO, cmdlines, gone, make_backend, marked, run_id, unavailable
 
 pytestmark = pytest.mark.anyio
 THIRDPARTY = REPO / "tests" / "servers" / "thirdparty"
@@ -217,15 +217,6 @@ def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     if not Path(REPO, ".cache", "servers", name, ".requirements.json").exists():
         unavailable(f"the {name} server's venv is missing: run `make servers`")
     return name
-
-
-async def gone(env_id: str, seconds: float = 10.0) -> bool:
-    """Whether every marked process of the environment is gone within ``seconds`` (polled)."""
-    with anyio.move_on_after(seconds):
-        while marked(env_id):  # noqa: ASYNC110 -- host processes signal no event: poll, bounded
-            await anyio.sleep(0.05)
-        return True
-    return False
 
 
 async def test_a_thirdparty_server_lists_its_tools_answers_calls_and_leaves_nothing(

@@ -67,9 +67,9 @@ from actors.provisioners.local import (
     LocalProvisioner,
     checked_dir,
     dir_healthy,
+    kill_all,
     killpg,
     run_with_deadline,
-    wait_until_gone,
 )
 
 logger = logging.getLogger(__name__)
@@ -348,7 +348,7 @@ def _marked_and_descendants(env_id: str) -> list[psutil.Process]:
 def kill_env_processes(env_id: str) -> int:
     """SIGKILL every sandbox of the environment and all it contains; wait (bounded) until gone."""
     victims = _marked_and_descendants(env_id)
-    _kill_all(victims)
+    kill_all(victims)
     return len(victims)
 
 
@@ -363,13 +363,4 @@ def kill_tree(pid: int) -> None:
     except psutil.Error:
         victims = []
     killpg(pid)
-    _kill_all(victims)
-
-
-def _kill_all(victims: list[psutil.Process]) -> None:
-    for proc in victims:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    wait_until_gone(victims)
+    kill_all(victims)

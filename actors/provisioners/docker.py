@@ -58,7 +58,7 @@ import psutil
 from actors.errors import EnvError
 from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.bwrap import ETC_FILES, SANDBOX_PATH, install_roots, outermost
-from actors.provisioners.local import ENV_MARKER, TIMEOUT_RETURNCODE, wait_until_gone
+from actors.provisioners.local import ENV_MARKER, TIMEOUT_RETURNCODE, kill_all, owner
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,6 @@ class DockerProvisioner:
     async def create(self, config: EnvConfig, run_id: str) -> EnvInfo:
         image, hostroot = await self.ensure_image(config)
         env_id = uuid.uuid4().hex[:12]
-        me = psutil.Process()
         info = EnvInfo(
             env_id=env_id,
             run_id=run_id,
@@ -130,9 +129,7 @@ class DockerProvisioner:
                 "container": f"mcprl-{env_id}",
                 "docker_url": self.base_url,
                 "image": image,
-                "owner_pid": me.pid,
-                "owner_started": me.create_time(),
-                "owner_host": socket.gethostname(),
+                **owner(),
             },
         )
         options = self._run_options(config, info, hostroot)
@@ -462,12 +459,7 @@ def kill_exec(url: str | None, exec_id: str, env_id: str) -> bool:
     except Exception as e:  # the engine: nothing more to do here than say so
         logger.warning("cannot inspect exec %s of env %s: %s", exec_id[:12], env_id, _short(e))
         return False
-    for proc in victims:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    wait_until_gone(victims)
+    kill_all(victims)
     return True
 
 

@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -67,7 +68,6 @@ class LocalProvisioner:
     async def create(self, config: EnvConfig, run_id: str) -> EnvInfo:
         env_id = uuid.uuid4().hex[:12]
         env_dir = self.root / run_id / env_id
-        me = psutil.Process()
         info = EnvInfo(
             env_id=env_id,
             run_id=run_id,
@@ -75,12 +75,7 @@ class LocalProvisioner:
             key=config.key(),
             workdir=str(env_dir / "work"),
             created_at=time.time(),
-            data={
-                "env_dir": str(env_dir),
-                "owner_pid": me.pid,
-                "owner_started": me.create_time(),
-                **self._env_data(),
-            },
+            data={"env_dir": str(env_dir), **owner(), **self._env_data()},
         )
         try:
             await anyio.to_thread.run_sync(make_env_dir, env_dir, msgspec.json.encode(info))
@@ -242,12 +237,7 @@ def kill_marked_processes(env_id: str) -> int:
                 victims.append(proc)
         except (psutil.Error, OSError):
             continue  # gone, a zombie, or not ours to read
-    for proc in victims:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    wait_until_gone(victims)
+    kill_all(victims)
     return len(victims)
 
 
@@ -308,6 +298,23 @@ def _wait_group_gone(pgid: int) -> None:
         except OSError:
             continue
     wait_until_gone(members)
+
+
+def kill_all(victims: list[psutil.Process]) -> None:
+    """SIGKILL every process of the list and wait (bounded) until they are gone."""
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    wait_until_gone(victims)
+
+
+def owner() -> dict[str, Any]:
+    """Who creates an environment (recorded in ``EnvInfo.data``): this process's pid and start
+    time (pids get reused) and host, so a reaper can tell a dead owner from a live one."""
+    me = psutil.Process()
+    return {"owner_pid": me.pid, "owner_started": me.create_time(), "owner_host": socket.gethostname()}
 
 
 def wait_until_gone(procs: list[psutil.Process]) -> None:
