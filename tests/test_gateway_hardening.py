@@ -182,11 +182,6 @@ def http_entry(port: int) -> dict[str, Any]:
     return {"http_url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"}}
 
 
-def http_entry(port: int) -> dict[str, Any]:
-    """A server-list entry for the HTTP edge server, its token from a template."""
-    return {"http_url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"}}
-
-
 async def _until_listening(port: int) -> None:
     with anyio.fail_after(30):
         while True:
