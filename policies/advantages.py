@@ -3,7 +3,7 @@
 Each task is sampled ``G`` times; a trajectory's advantage is its reward relative to its own group:
 
     A_i = (r_i - mean(r)) / (std(r) + eps)        (``std_normalize=True``, GRPO)
-    A_i =  r_i - mean(r)                           (``std_normalize=False``, Dr. GRPO's fix)
+    A_i =  r_i - mean(r)                           (``std_normalize=False``, Dr. GRPO, Liu et al. 2025)
 
 ``std`` is the *sample* standard deviation (Bessel-corrected, ``ddof=1``): the paper writes only
 ``std(r)``, and its reference implementations (TRL's ``GRPOTrainer``, verl's
@@ -15,8 +15,22 @@ A group whose rewards are all equal carries no learning signal: every member get
 formula gives ``0 / eps`` = 0 there, but we return 0.0 explicitly so ``eps`` can never matter).
 A group of one member is the degenerate case of that and also gets 0.0.
 
-Omitted: process supervision (per-step rewards), and any bonus added after normalisation (the tool
-bonus lives in ``rewards/``).
+Dynamic sampling (DAPO, Yu et al. 2025, §3.2 "Dynamic Sampling"): a group whose members all succeed
+or all fail has zero advantage everywhere, so it only dilutes the batch. With ``r_i`` the rewards of
+one group of size ``G``, ``tau`` a success threshold and ``(lo, hi)`` an open band, the group's
+success rate and the keep rule are
+
+    acc   = |{i : r_i >= tau}| / G
+    keep  = lo < acc < hi  and  not (r_1 = ... = r_G)
+
+DAPO keeps ``0 < acc < 1`` (the default band ``(0, 1)`` drops exactly the all-fail and all-success
+groups); paper 002 (App. F, Table 6, "Acc. filter") uses ``(acc_lo, acc_hi) = (0.05, 0.95)``, which for
+``G = 8`` keeps the same groups. ``band=None`` keeps only the all-equal rule, for graded rewards where
+a group with no full success still carries signal. Groups of one member are all-equal and dropped.
+
+Omitted: process supervision (per-step rewards), DAPO's re-sampling loop that refills the batch
+after filtering (the caller's), and any bonus added after normalisation (the tool bonus lives in
+``rewards/``).
 """
 
 from __future__ import annotations
@@ -65,3 +79,43 @@ def group_advantages(
         for i, a in zip(idx, adv.tolist(), strict=True):
             out[i] = a
     return out
+
+
+def success_rate(rewards: Sequence[float], *, threshold: float = 1.0) -> float:
+    """Share of ``rewards`` that are ``>= threshold`` (DAPO's per-group accuracy)."""
+    if len(rewards) == 0:
+        raise ValueError("success_rate: rewards is empty; expected the rewards of one non-empty group")
+    return sum(1 for r in rewards if r >= threshold) / len(rewards)
+
+
+def keep_group(
+    rewards: Sequence[float],
+    *,
+    threshold: float = 1.0,
+    band: tuple[float, float] | None = (0.0, 1.0),
+) -> bool:
+    """DAPO dynamic-sampling rule for one group: keep iff rewards differ and ``lo < acc < hi``."""
+    if band is not None and not band[0] < band[1]:
+        raise ValueError(f"keep_group: band must be (low, high) with low < high, got {band}")
+    acc = success_rate(rewards, threshold=threshold)
+    if all(r == rewards[0] for r in rewards):
+        return False
+    return band is None or band[0] < acc < band[1]
+
+
+def keep_groups(
+    rewards: Sequence[float],
+    group_ids: Sequence[str],
+    *,
+    threshold: float = 1.0,
+    band: tuple[float, float] | None = (0.0, 1.0),
+) -> dict[str, bool]:
+    """``keep_group`` for a flat batch: group id -> keep, groups in order of first appearance."""
+    if len(rewards) != len(group_ids):
+        raise ValueError(
+            f"keep_groups: {len(rewards)} rewards but {len(group_ids)} group ids; expected one id per reward"
+        )
+    members: dict[str, list[float]] = {}
+    for r, gid in zip(rewards, group_ids, strict=True):
+        members.setdefault(gid, []).append(float(r))
+    return {gid: keep_group(rs, threshold=threshold, band=band) for gid, rs in members.items()}

@@ -7,17 +7,48 @@ Conventions shared by every function here:
   score token ``t``); position 0 has no prefix and gets 0.0.
 - ``mask`` is 1 on trainable tokens (the policy's own), 0 elsewhere; any dtype. Values at masked-out
   positions never reach a result, even when they are ``inf`` or ``nan``.
-- Aggregation is **token-mean** (DAPO's "token-level policy gradient loss", Yu et al. 2025): the
-  sum over every trainable token of the batch divided by the number of those tokens, so a long
-  sequence weighs more than a short one, token for token. ``denominator`` replaces that count when a
-  caller splits one batch into micro-batches: with the whole batch's token count there, the sum of
-  the micro-batch losses is exactly the token-mean of the batch.
+
+PPO-clip with asymmetric clip (DAPO §3.1 "clip-higher"; ``eps_low = clip_low``, ``eps_high = clip_high``),
+per token, with ``r = exp(lp - lp_old)``:
+
+    l_t = -min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t)
+
+Aggregation of a per-token loss ``l[b, t]`` with mask ``m[b, t]`` (``aggregate``); ``S`` is the set
+of rows with at least one trainable token, ``L`` a constant:
+
+    token-mean            sum_b sum_t m l / sum_b sum_t m          (DAPO §3.3, the default)
+    seq-mean-token-mean   1/|S| sum_{b in S} (sum_t m l / sum_t m)  (GRPO as written, Shao et al. 2024)
+    seq-mean-token-sum    1/|S| sum_{b in S} (sum_t m l / L)        (Dr. GRPO, Liu et al. 2025: L = max length)
+
+token-mean weighs every token alike (a long sequence counts more); seq-mean-token-mean weighs every
+sequence alike (so a token of a long wrong answer is penalised less: GRPO's length bias);
+seq-mean-token-sum removes that bias with a constant divisor. A "sequence" is a row of the batch:
+where a trajectory is split into several rows (rendering segments), each row counts as one.
+``denominator`` replaces the divisor that spans the batch (the token count for token-mean, ``|S|``
+for the seq-mean modes) so that micro-batch losses computed with the whole batch's figure sum
+exactly to the batch loss; the learner passes the step's trainable-token count with token-mean.
+
+KL penalty per token (Schulman 2020, "Approximating KL divergence"), ``d = lp_ref - lp``:
+
+    k1 = -d = lp - lp_ref        unbiased for KL(pi || ref), can be negative
+    k3 = exp(d) - d - 1          unbiased and >= 0 (GRPO's choice; paper 002 App. F, Table 6)
+
+As a loss term k1's gradient is ``grad lp``, whose expectation on the policy's own samples is zero;
+it acts mainly through off-policy drift or when folded into the reward. The reference is the
+caller's choice: the frozen base model (GRPO; paper 000 App. A, beta = 1e-3) or the rollout-time
+policy (paper 002 App. F "Optimization", beta = 0.02: anchoring to the base model cancelled
+their per-step tool bonus). With the rollout-time policy, ``ref_logprobs`` are the sampler's logprobs.
 """
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 import torch.nn.functional as F
+
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+KlKind = Literal["none", "k1", "k3"]
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
@@ -53,19 +84,59 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, *, denominator: float | Non
     return masked_sum(x, mask) / count
 
 
+def aggregate(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: AggMode,
+    *,
+    max_len: int | None = None,
+    denominator: float | None = None,
+) -> torch.Tensor:
+    """Reduce a ``[B, T]`` per-token loss to a scalar by ``mode`` (equations in the module docstring).
+
+    ``max_len`` is Dr. GRPO's constant ``L`` (required for ``seq-mean-token-sum``, ignored otherwise).
+    ``denominator`` replaces the batch-wide divisor (token count, or the number of non-empty rows).
+    An empty mask gives 0.0, still connected to the graph.
+    """
+    if per_token_loss.dim() != 2 or mask.shape != per_token_loss.shape:
+        raise ValueError(
+            f"aggregate: expected per_token_loss and mask of the same shape [B, T], "
+            f"got {tuple(per_token_loss.shape)} and {tuple(mask.shape)}"
+        )
+    if mode == "token-mean":
+        return masked_mean(per_token_loss, mask, denominator=denominator)
+    keep = mask.bool()
+    row_sum = torch.where(keep, per_token_loss, torch.zeros_like(per_token_loss)).sum(dim=-1)
+    row_tokens = keep.sum(dim=-1)
+    if mode == "seq-mean-token-mean":
+        per_row = row_sum / row_tokens.clamp_min(1)
+    elif mode == "seq-mean-token-sum":
+        if max_len is None or max_len <= 0:
+            raise ValueError(f"aggregate: mode 'seq-mean-token-sum' needs max_len > 0, got {max_len}")
+        per_row = row_sum / max_len
+    else:
+        raise ValueError(f"aggregate: mode must be one of {get_args(AggMode)}, got {mode!r}")
+    rows = (row_tokens > 0).sum().clamp_min(1) if denominator is None else denominator
+    return per_row.sum() / rows
+
+
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     clip_low: float,
-    clip_high: float,
+    clip_high: float | None = None,
     *,
     denominator: float | None = None,
+    mode: AggMode = "token-mean",
+    max_len: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO clipped surrogate with asymmetric clip ("clip-higher", DAPO), token-mean aggregated.
+    """PPO clipped surrogate with asymmetric clip ("clip-higher", DAPO), aggregated by ``mode``.
 
-    Per token: ``r = exp(lp - lp_old)``, ``loss = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)``.
+    Per token: ``r = exp(lp - lp_old)``, ``loss = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)``;
+    ``clip_high=None`` is the symmetric PPO clip (``clip_high = clip_low``). ``mode``, ``max_len``
+    and ``denominator`` go to ``aggregate`` (default token-mean, as before).
     ``advantages`` is ``[B]`` (one per sequence, broadcast over its tokens, as in GRPO) or ``[B, T]``.
     Where the clipped term is the smaller one the token's gradient is zero: ratio above
     ``1 + clip_high`` with A > 0, or below ``1 - clip_low`` with A < 0.
@@ -74,6 +145,8 @@ def ppo_clip_loss(
     ``clip_high_frac``, ``clip_low_frac``, ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``tokens``.
     Omitted: dual-clip PPO and value-function terms (GRPO has no critic).
     """
+    if clip_high is None:
+        clip_high = clip_low
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     keep = mask.bool()
     log_ratio = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))
@@ -81,7 +154,7 @@ def ppo_clip_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    loss = masked_mean(per_token, mask, denominator=denominator)
+    loss = aggregate(per_token, mask, mode, max_len=max_len, denominator=denominator)
 
     with torch.no_grad():
         adv_full = adv.expand_as(ratio)
@@ -110,6 +183,35 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """
     d = ref_logprobs - logprobs
     return torch.exp(d) - d - 1.0
+
+
+def kl_penalty(
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    kind: KlKind,
+    *,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token KL(policy || ref) estimate, ``[B, T]``: ``none`` (zeros), ``k1`` or ``k3``.
+
+    ``ref_logprobs`` come from the base model or from the rollout-time policy (module docstring).
+    With ``mask``, masked-out positions are 0.0 and their values (even ``inf``) never reach the
+    result or its gradient. Aggregate with ``aggregate``.
+    """
+    if logprobs.shape != ref_logprobs.shape:
+        raise ValueError(
+            f"kl_penalty: logprobs {tuple(logprobs.shape)} and ref_logprobs {tuple(ref_logprobs.shape)} "
+            "must have the same shape"
+        )
+    if kind not in get_args(KlKind):
+        raise ValueError(f"kl_penalty: kind must be one of {get_args(KlKind)}, got {kind!r}")
+    if kind == "none":
+        return torch.zeros_like(logprobs)
+    d = ref_logprobs - logprobs
+    if mask is not None:
+        # Zeroed before exp, so a masked-out inf can turn neither the value nor the gradient into nan.
+        d = torch.where(mask.bool(), d, torch.zeros_like(d))
+    return -d if kind == "k1" else torch.exp(d) - d - 1.0
 
 
 def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, *, denominator: float | None = None) -> torch.Tensor:
