@@ -5,13 +5,16 @@ Contract (what the driver and the Generator rely on):
 - ``Learner(model_path, cfg, algo, dtype=..., seed=...)`` loads the model directory in ``dtype``.
 - ``train_step(samples)`` and ``sft_step(samples)`` each apply exactly ONE optimizer update and
   increment ``version``. The step's samples are cut into micro-batches of ``cfg.micro_batch_size``
-  right-padded sequences; every micro-batch's loss is a token *sum* scaled by 1 / (trainable
-  tokens of the whole step), so the accumulated gradient is the token-mean over the step whatever
-  the micro-batch size (DeepSpeed runs with ``managed_gradient_accumulation=false``: backward only
-  accumulates, ``step()`` is the boundary, clipping included).
-- GRPO loss: PPO-clip of the current policy against the samples' *rollout* logprobs (the policy
-  that sampled them), the sequence advantage broadcast over its trainable tokens, plus
-  ``kl_coef * k3`` to a frozen reference copy when ``kl_coef > 0`` (no reference is built otherwise).
+  right-padded sequences; every micro-batch's loss is a *sum* scaled by 1 / (trainable tokens of
+  the whole step, or its number of sequences, as the aggregation wants), so the accumulated
+  gradient is the step's token-mean / sequence-mean whatever the micro-batch size (DeepSpeed runs
+  with ``managed_gradient_accumulation=false``: backward only accumulates, ``step()`` is the
+  boundary, clipping included).
+- GRPO-family loss: PPO-clip (asymmetric ``clip_low``/``clip_high``) of the current policy against
+  the samples' *rollout* logprobs (the policy that sampled them), the sequence advantage broadcast
+  over its trainable tokens, aggregated as ``algo.aggregation`` (token-mean, seq-mean-token-mean,
+  seq-mean-token-sum with ``L = max_len``), plus ``kl_coef`` x KL (k1 or k3) to a frozen copy of
+  the base model (built only then) or to the rollout-time policy.
 - ``export_weights(path)`` writes a safetensors file for vLLM with ``lm_head.weight`` present as its
   own tensor even when tied (MACHINE_NOTES, "tied embeddings trap").
 
@@ -78,7 +81,10 @@ class Learner:
         *,
         dtype: str = "float32",
         seed: int = 0,
+        max_len: int = 1024,
     ) -> None:
+        """``max_len``: Dr. GRPO's constant ``L`` for the ``seq-mean-token-sum`` aggregation (the
+        rollout's context budget)."""
         import copy
 
         import deepspeed
@@ -88,6 +94,7 @@ class Learner:
         if dtype not in _DTYPES:
             raise LearnerError(f"Learner: dtype {dtype!r} for {model_path}; expected one of {_DTYPES}")
         self.cfg, self.algo, self.model_path, self.dtype = cfg, algo, model_path, dtype
+        self.max_len = max_len
         self._version = 0
         torch.manual_seed(seed)
         torch_dtype = getattr(torch, dtype)
@@ -99,7 +106,7 @@ class Learner:
             # Non-reentrant checkpointing needs no requires_grad on the inputs and works under ZeRO.
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._ref: Any = None
-        if algo.kl_coef > 0:
+        if algo.needs_reference_model:
             self._ref = copy.deepcopy(model).eval().requires_grad_(False)
 
         _ensure_single_process_dist_env()
@@ -184,26 +191,39 @@ class Learner:
     # -- updates ----------------------------------------------------------------------------------
 
     def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
-        """One GRPO update on ``samples`` (PPO-clip vs rollout logprobs, token-mean, optional k3 KL)."""
+        """One update of the GRPO family on ``samples``: PPO-clip against the rollout logprobs,
+        aggregated by ``algo.aggregation``, plus ``kl_coef`` x KL (``algo.kl_estimator``) to the
+        base model or the rollout-time policy (``algo.kl_reference``)."""
         import torch
 
-        from policies.losses import k3_kl, masked_mean, ppo_clip_loss
+        from policies.losses import aggregate, k3_kl, kl_penalty, masked_mean, ppo_clip_loss
 
-        algo = self.algo
+        algo, mode = self.algo, self.algo.aggregation
 
-        def micro_loss(batch: dict[str, torch.Tensor], total: float) -> tuple[torch.Tensor, dict[str, float]]:
+        def micro_loss(
+            batch: dict[str, torch.Tensor], total: float, rows: float
+        ) -> tuple[torch.Tensor, dict[str, float]]:
             lp, mask = self._logprobs(self._engine, batch), batch["mask"]
+            denominator = total if mode == "token-mean" else rows
             pg, stats = ppo_clip_loss(
-                lp, batch["old"], batch["adv"], mask, algo.clip_low, algo.clip_high, denominator=total
+                lp,
+                batch["old"],
+                batch["adv"],
+                mask,
+                algo.clip_low,
+                algo.clip_high,
+                denominator=denominator,
+                mode=mode,  # type: ignore[arg-type]
+                max_len=self.max_len,
             )
             loss, kl = pg, 0.0
             with torch.no_grad():
-                if self._ref is not None:
-                    ref_lp = self._logprobs(self._ref, batch)
+                ref_lp = self._logprobs(self._ref, batch) if self._ref is not None else batch["old"]
                 # k3 of the rollout policy against the current one: train/inference mismatch + drift.
                 rollout_kl = float(masked_mean(k3_kl(lp, batch["old"]), mask, denominator=total))
-            if self._ref is not None:
-                kl_term = masked_mean(k3_kl(lp, ref_lp), mask, denominator=total)
+            if algo.kl_coef > 0:
+                per_token = kl_penalty(lp, ref_lp, algo.kl_estimator, mask=mask)
+                kl_term = aggregate(per_token, mask, mode, max_len=self.max_len, denominator=denominator)  # type: ignore[arg-type]
                 loss, kl = pg + algo.kl_coef * kl_term, float(kl_term.detach())
             weight = stats["tokens"] / total
             return loss, {
@@ -223,7 +243,9 @@ class Learner:
 
         from policies.losses import sft_loss
 
-        def micro_loss(batch: dict[str, torch.Tensor], total: float) -> tuple[torch.Tensor, dict[str, float]]:
+        def micro_loss(
+            batch: dict[str, torch.Tensor], total: float, rows: float
+        ) -> tuple[torch.Tensor, dict[str, float]]:
             loss = sft_loss(self._logprobs(self._engine, batch), batch["mask"], denominator=total)
             return loss, {"loss": float(loss.detach())}
 
@@ -242,13 +264,13 @@ class Learner:
         self,
         samples: Sequence[TrainSample],
         where: str,
-        micro_loss: Callable[[dict[str, torch.Tensor], float], tuple[torch.Tensor, dict[str, float]]],
+        micro_loss: Callable[[dict[str, torch.Tensor], float, float], tuple[torch.Tensor, dict[str, float]]],
     ) -> dict[str, float]:
         """Accumulate ``micro_loss`` over the micro-batches, then the step's single optimizer update.
 
-        ``micro_loss(batch, total)`` returns the micro-batch loss (already divided by the step's
-        trainable-token count ``total``) and metrics that add up over micro-batches (``*_max`` ones
-        take the maximum).
+        ``micro_loss(batch, total, rows)`` returns the micro-batch loss (already divided by the step's
+        trainable-token count ``total``, or its number of sequences ``rows``, as its aggregation
+        wants) and metrics that add up over micro-batches (``*_max`` ones take the maximum).
         """
         start = time.perf_counter()
         self._validate(samples, where)
@@ -262,7 +284,7 @@ class Learner:
         self._engine.train()
         try:
             for chunk in _chunks(active, self.cfg.micro_batch_size):
-                loss, parts = micro_loss(self._collate(chunk), total)
+                loss, parts = micro_loss(self._collate(chunk), total, float(len(active)))
                 self._engine.backward(loss, scale_wrt_gas=False)
                 for key, value in parts.items():
                     combine = max if key.endswith("_max") else operator.add

@@ -75,7 +75,12 @@ def start_actors(cfg: RunConfig, run_id: str, control_tokens: Sequence[str] = ()
     # while it trains (generation is idle then), so it gets them all.
     threads = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}
     learner = remote_learner(runtime_env={"env_vars": threads}, **here).remote(
-        cfg.model.path, cfg.learner, cfg.algorithm, dtype=cfg.model.dtype, seed=cfg.seed
+        cfg.model.path,
+        cfg.learner,
+        cfg.algorithm,
+        dtype=cfg.model.dtype,
+        seed=cfg.seed,
+        max_len=cfg.rollout.max_context_tokens,
     )
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     return Actors(

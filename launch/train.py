@@ -219,9 +219,10 @@ async def train(cfg: RunConfig) -> int:
                 )
             samples = rl_samples(
                 complete,
-                std_normalize=cfg.algorithm.std_normalize,
+                std_normalize=cfg.algorithm.normalize_std,
                 eps=cfg.algorithm.eps,
                 keep_zero=cfg.algorithm.kl_coef > 0,
+                band=cfg.algorithm.band,
             )
             started = time.perf_counter()
             update: dict[str, float] = {}

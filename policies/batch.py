@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 
-from policies.advantages import group_advantages
+from policies.advantages import group_advantages, keep_groups
 from policies.types import TrainSample, Trajectory
 
 
@@ -20,11 +20,13 @@ def rl_samples(
     std_normalize: bool = True,
     eps: float = 1e-6,
     keep_zero: bool = False,
+    band: tuple[float, float] | None = None,
 ) -> list[TrainSample]:
     """One sample per trajectory of each complete, scored group.
 
     Zero-advantage samples (every member of a group scored the same) carry no policy gradient;
-    they are left out unless ``keep_zero`` (a KL term still learns from them).
+    they are left out unless ``keep_zero`` (a KL term still learns from them). With ``band``
+    (DAPO's dynamic sampling), groups whose success rate is not strictly inside it are left out.
     """
     trajectories = [t for group in groups for t in group]
     for t in trajectories:
@@ -33,6 +35,13 @@ def rl_samples(
                 f"rl_samples: trajectory of {t.task_id} is {t.status} with reward {t.reward}; "
                 "only complete, scored groups may be trained"
             )
+    if band is not None:
+        kept = keep_groups(
+            [float(t.reward) for t in trajectories],  # type: ignore[arg-type]
+            [t.group_id for t in trajectories],
+            band=band,
+        )
+        trajectories = [t for t in trajectories if kept[t.group_id]]
     advantages = group_advantages(
         [float(t.reward) for t in trajectories],  # type: ignore[arg-type]
         [t.group_id for t in trajectories],

@@ -201,24 +201,60 @@ class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    type: Literal["grpo"] = "grpo"
-    """Algorithm; later variants are looked up by this tag."""
+    """The GRPO family. ``type`` picks the defaults of the fields left ``null``:
+
+    | type | advantage | loss aggregation | group filter |
+    | --- | --- | --- | --- |
+    | ``grpo`` | (r - mean) / std | seq-mean-token-mean | none |
+    | ``dr_grpo`` | r - mean | seq-mean-token-sum (L = rollout.max_context_tokens) | none |
+    | ``dapo`` | (r - mean) / std | token-mean | drop all-fail / all-pass groups |
+    """
+
+    type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
+    """Algorithm of the GRPO family (see the table above)."""
     clip_low: float = 0.2
     """PPO ratio clip below 1 (ratio >= 1 - clip_low)."""
     clip_high: float = 0.2
-    """PPO ratio clip above 1 (ratio <= 1 + clip_high)."""
+    """PPO ratio clip above 1 (ratio <= 1 + clip_high); DAPO's clip-higher uses 0.28."""
     kl_coef: float = 0.0
-    """Weight of the KL penalty to the reference policy; 0 disables it (and the reference model)."""
-    kl_estimator: Literal["k3"] = "k3"
-    """KL estimator (Schulman's k3, unbiased and non-negative)."""
-    std_normalize: bool = True
-    """Divide group-centred rewards by the group's standard deviation."""
+    """Weight of the KL penalty; 0 disables it (and the reference model)."""
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    """KL estimator: ``k1`` = logp - logp_ref, ``k3`` = exp(d) - d - 1 with d = logp_ref - logp."""
+    kl_reference: Literal["base", "rollout"] = "base"
+    """KL against the frozen base model (a copy is kept) or against the rollout-time policy (its
+    recorded logprobs: no copy)."""
+    std_normalize: bool | None = None
+    """Divide group-centred rewards by the group's standard deviation (``null``: by ``type``)."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] | None = None
+    """How per-token losses become the step loss (``null``: by ``type``)."""
+    group_band: tuple[float, float] | None = None
+    """Keep only groups whose success rate is strictly inside this band (``null``: by ``type``;
+    ``dapo``: (0, 1), i.e. drop all-fail and all-pass groups)."""
     eps: float = 1e-6
     """Added to the group standard deviation so equal rewards give advantage 0, not NaN."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
             raise ValueError("algorithm: need 0 <= clip_low < 1, clip_high >= 0, kl_coef >= 0, eps > 0")
+        if self.group_band is not None and not 0 <= self.group_band[0] < self.group_band[1] <= 1:
+            raise ValueError(f"algorithm.group_band must be (low, high) with 0 <= low < high <= 1, got {self.group_band}")
+
+    @property
+    def normalize_std(self) -> bool:
+        return self.std_normalize if self.std_normalize is not None else self.type != "dr_grpo"
+
+    @property
+    def aggregation(self) -> str:
+        default = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum", "dapo": "token-mean"}
+        return self.loss_agg or default[self.type]
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        return self.group_band if self.group_band is not None else ((0.0, 1.0) if self.type == "dapo" else None)
+
+    @property
+    def needs_reference_model(self) -> bool:
+        return self.kl_coef > 0 and self.kl_reference == "base"
 
 
 class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -14,6 +14,22 @@ RL-training files add: ``instance_id``, ``instruction``, ``dockerfile_path``)::
 Fields starting with ``_`` are private: kept in ``TaskSpec.private``, ignored by the framework
 (a scripted expert may read them). Any other unknown field is refused with the file, the task
 index, the field and the accepted fields. Every problem in a file is reported, not only the first.
+
+``reference_calls`` (optional, an addition to the MCP-Universe format) lists the tool calls a correct
+trajectory makes, for the tool reward (``rewards.tool_reward``, MCPDisCo Eq. 5-8)::
+
+    "reference_calls": [
+      {"server": "calculator", "tool": "multiply", "arguments": {"a": 17, "b": 25}},
+      {"server": "calculator", "tool": "subtract", "arguments": {"a": 425, "b": 38, "note": "x"},
+       "required": ["a", "b"]}
+    ]
+
+``server`` is the server's name in the registry and ``tool`` the tool's own name (the model calls it
+as ``<server>__<tool>``); ``arguments`` are the exact reference values; ``required`` names the keys a
+call must give (default: every key of ``arguments``; ``[]``: none). Checked at load: non-empty
+server and tool, each required key among the arguments and listed once, and the server (and tool)
+among the task's ``mcp_servers`` (and that server's ``tools``) when the task lists them. A task
+without ``reference_calls`` is scored by the format term of the tool reward only.
 """
 
 from __future__ import annotations
@@ -75,6 +91,28 @@ class CleanupSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     cleanup_args: Any = msgspec.field(default_factory=dict)
 
 
+class ReferenceCall(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A tool call a correct trajectory makes: the reference of the tool reward's correctness term."""
+
+    server: str
+    """The server's name in the registry."""
+    tool: str
+    """The tool's own name on its server (the model calls ``<server>__<tool>``)."""
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The reference argument values, matched exactly."""
+    required: tuple[str, ...] | None = None
+    """Keys a call must give; ``None`` means every key of ``arguments``."""
+
+    @property
+    def name(self) -> str:
+        """The namespaced name the model calls."""
+        return f"{self.server}__{self.tool}"
+
+    @property
+    def required_keys(self) -> tuple[str, ...]:
+        return tuple(self.arguments) if self.required is None else self.required
+
+
 class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One validated task."""
 
@@ -91,6 +129,8 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
     build_args: dict[str, str] = msgspec.field(default_factory=dict)
     prepares: tuple[PrepareSpec, ...] = ()
     cleanups: tuple[CleanupSpec, ...] = ()
+    reference_calls: tuple[ReferenceCall, ...] = ()
+    """Tool calls a correct trajectory makes, for the tool reward; ``()``: none given."""
     private: dict[str, Any] = msgspec.field(default_factory=dict)
     """The ``_``-prefixed fields of the file, kept verbatim (keys with their underscore)."""
 
@@ -114,6 +154,7 @@ class _TaskFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     build_args: dict[str, str] = msgspec.field(default_factory=dict)
     prepares: tuple[PrepareSpec, ...] = ()
     cleanups: tuple[CleanupSpec, ...] = ()
+    reference_calls: tuple[ReferenceCall, ...] = ()
 
 
 _NESTED: dict[str, type[msgspec.Struct]] = {
@@ -121,6 +162,7 @@ _NESTED: dict[str, type[msgspec.Struct]] = {
     "evaluators": EvaluatorSpec,
     "prepares": PrepareSpec,
     "cleanups": CleanupSpec,
+    "reference_calls": ReferenceCall,
 }
 
 
@@ -200,11 +242,63 @@ def parse_task(raw: Any, file: str, index: int, default_id: str) -> TaskSpec:
         for j, ev in enumerate(fields.evaluators)
         if not ev.func.strip()
     ]
+    problems.extend(_reference_call_problems(fields, where, file))
     raise_all(problems)
     values = msgspec.structs.asdict(fields)
     del values["question"]
     values.update(instance_id=fields.instance_id or default_id, instruction=instruction, private=private)
     return TaskSpec(**values)
+
+
+def _reference_call_problems(fields: _TaskFields, where: str, file: str) -> list[SpecError]:
+    """Reference calls that name no server or tool, require a key they do not give, or use a server
+    (or tool) outside the task's ``mcp_servers`` when the task lists them."""
+    servers = {s.name: s for s in fields.mcp_servers}
+    problems: list[SpecError] = []
+    for j, call in enumerate(fields.reference_calls):
+        at = f"{where}.reference_calls[{j}]"
+        for key in ("server", "tool"):
+            if not getattr(call, key).strip():
+                problems.append(SpecError(file, f"{at}.{key}", f"empty; expected the {key}'s name"))
+        if call.required is not None:
+            seen: set[str] = set()
+            for key in call.required:
+                if key not in call.arguments:
+                    problems.append(
+                        SpecError(
+                            file,
+                            f"{at}.required",
+                            f"required key {key!r} is not among the arguments "
+                            f"({', '.join(map(repr, call.arguments)) or 'none'}); "
+                            "give its reference value in 'arguments'",
+                        )
+                    )
+                elif key in seen:
+                    problems.append(
+                        SpecError(file, f"{at}.required", f"required key {key!r} is listed twice")
+                    )
+                seen.add(key)
+        if not servers or not call.server.strip():
+            continue
+        server = servers.get(call.server)
+        if server is None:
+            problems.append(
+                SpecError(
+                    file,
+                    f"{at}.server",
+                    f"{call.server!r} is not among the task's mcp_servers ({', '.join(servers)})",
+                )
+            )
+        elif server.tools is not None and call.tool.strip() and call.tool not in server.tools:
+            problems.append(
+                SpecError(
+                    file,
+                    f"{at}.tool",
+                    f"{call.tool!r} is not among the tools the task shows of {call.server!r} "
+                    f"({', '.join(server.tools) or 'none'})",
+                )
+            )
+    return problems
 
 
 def parse_tasks(data: Any, file: str) -> list[TaskSpec]:

@@ -53,6 +53,17 @@ def test_rl_samples_normalise_within_each_group_and_skip_groups_without_signal()
     assert len(rl_samples(groups, keep_zero=True)) == 6
 
 
+def test_a_dapo_band_drops_all_fail_and_all_pass_groups_even_when_zero_advantages_are_kept() -> None:
+    groups = [
+        [traj("mixed", 1.0), traj("mixed", 0.0)],
+        [traj("fail", 0.0), traj("fail", 0.0)],
+        [traj("pass", 1.0), traj("pass", 1.0)],
+    ]
+    assert len(rl_samples(groups, keep_zero=True)) == 6
+    kept = rl_samples(groups, keep_zero=True, band=(0.0, 1.0))
+    assert len(kept) == 2 and [s.advantage for s in kept] == pytest.approx([0.7071, -0.7071], abs=1e-4)
+
+
 def test_rl_samples_refuse_a_failed_or_unscored_trajectory() -> None:
     with pytest.raises(ValueError, match="only complete, scored groups"):
         rl_samples([[traj("a", 1.0), traj("a", None, status="infra_failed")]])

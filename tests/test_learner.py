@@ -40,9 +40,12 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-def _learner(model_dir: str, *, kl_coef: float = 0.0, **cfg: object) -> Learner:
+def _learner(
+    model_dir: str, *, kl_coef: float = 0.0, algo: GrpoConfig | None = None, **cfg: object
+) -> Learner:
     defaults: dict[str, object] = {"lr": 1e-2, "micro_batch_size": 4, "grad_clip": 1000.0}
-    return Learner(model_dir, LearnerConfig(**(defaults | cfg)), GrpoConfig(kl_coef=kl_coef))  # type: ignore[arg-type]
+    algo = algo or GrpoConfig(kl_coef=kl_coef)
+    return Learner(model_dir, LearnerConfig(**(defaults | cfg)), algo, max_len=32)  # type: ignore[arg-type]
 
 
 def _sample(seed: int, length: int, prompt: int = 3, advantage: float = 1.0) -> TrainSample:
@@ -166,6 +169,41 @@ def test_kl_penalty_is_zero_at_first_and_positive_once_the_policy_moved(model_di
     assert second["kl"] > 0.0
     assert second["loss"] == pytest.approx(second["pg_loss"] + 0.5 * second["kl"])
     assert _learner(model_dir)._ref is None  # no reference copy without a KL term
+
+
+@pytest.mark.parametrize(
+    "algo",
+    [
+        GrpoConfig(type="grpo"),
+        GrpoConfig(type="dr_grpo"),
+        GrpoConfig(type="dapo", clip_high=0.28),
+        GrpoConfig(type="grpo", kl_coef=0.5, kl_estimator="k1", kl_reference="rollout"),
+    ],
+    ids=["grpo", "dr_grpo", "dapo", "k1-to-rollout"],
+)
+def test_every_grpo_family_member_is_invariant_to_the_micro_batch_size(
+    model_dir: str, algo: GrpoConfig
+) -> None:
+    whole = _learner(model_dir, algo=algo, micro_batch_size=8).train_step(_batch())
+    split = _learner(model_dir, algo=algo, micro_batch_size=2).train_step(_batch())
+    assert whole["loss"] == pytest.approx(split["loss"], rel=1e-4, abs=1e-6)
+    assert whole["grad_norm"] == pytest.approx(split["grad_norm"], rel=1e-3)
+    assert (_learner(model_dir, algo=algo)._ref is None) == (
+        algo.kl_reference == "rollout" or algo.kl_coef == 0
+    )
+
+
+def test_the_aggregation_modes_weigh_sequences_as_their_papers_say(model_dir: str) -> None:
+    """Sequences of 3 and 9 trainable tokens with per-token losses summing to S1 and S2 (the same
+    fresh weights for every mode): token-mean = (S1 + S2) / 12, seq-mean-token-sum with L = 32 is
+    (S1/32 + S2/32) / 2 = (S1 + S2) / 64, i.e. exactly 12/64 of token-mean."""
+    batch = [_sample(1, 6, advantage=1.0), _sample(2, 12, advantage=1.0)]
+    loss = {
+        t: _learner(model_dir, algo=GrpoConfig(type=t)).train_step(batch)["pg_loss"]  # type: ignore[arg-type]
+        for t in ("grpo", "dr_grpo", "dapo")
+    }
+    assert loss["dr_grpo"] == pytest.approx(loss["dapo"] * 12 / 64, rel=1e-4)
+    assert loss["grpo"] != pytest.approx(loss["dapo"], rel=1e-3)  # each sequence weighs the same there
 
 
 def test_export_weights_writes_an_untied_lm_head_equal_to_the_embeddings(

@@ -74,7 +74,7 @@ def test_every_problem_in_every_file_is_printed_and_the_exit_status_is_1(tmp_pat
         lines[0]
         == f"{tasks}: task[1].bogus: unknown field; accepted fields: instance_id, instruction, question, "
         "mcp_servers, evaluators, output_format, category, use_specified_server, dockerfile_path, build_args, "
-        "prepares, cleanups (and any field starting with '_')"
+        "prepares, cleanups, reference_calls (and any field starting with '_')"
     )
     assert len(lines) == 2 and lines[1].startswith(f"{config}: rollout: rollout.group_size must be >= 2")
     assert result.stdout == ""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specs.errors import SpecError, SpecErrors
-from specs.task import CleanupSpec, EvaluatorSpec, McpServerRef, PrepareSpec, load_tasks
+from specs.task import CleanupSpec, EvaluatorSpec, McpServerRef, PrepareSpec, ReferenceCall, load_tasks
 
 DATA = Path(__file__).parent / "data" / "specs"
 
@@ -141,3 +141,102 @@ def test_spec_errors_survive_pickling_as_ray_ships_them(tmp_path: Path) -> None:
         info.value.problems[0].where,
         info.value.problems[0].message,
     )
+
+
+def test_reference_calls_load_with_required_keys_defaulting_to_every_argument(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        {
+            "instruction": "a",
+            "mcp_servers": [{"name": "calculator", "tools": ["multiply", "subtract"]}],
+            "reference_calls": [
+                {"server": "calculator", "tool": "multiply", "arguments": {"a": 17, "b": 25}},
+                {
+                    "server": "calculator",
+                    "tool": "subtract",
+                    "arguments": {"a": 425, "b": 38, "note": "x"},
+                    "required": ["a", "b"],
+                    "_why": "private notes inside a reference call are dropped",
+                },
+                {"server": "calculator", "tool": "multiply", "arguments": {"a": 1}, "required": []},
+            ],
+        },
+    )
+    [task] = load_tasks(path)
+    first, second, third = task.reference_calls
+    assert first == ReferenceCall(server="calculator", tool="multiply", arguments={"a": 17, "b": 25})
+    assert first.name == "calculator__multiply"
+    assert first.required is None and first.required_keys == ("a", "b")
+    assert second.required_keys == ("a", "b") and second.arguments["note"] == "x"
+    assert third.required_keys == ()  # an explicit empty list: nothing is required
+
+
+def test_a_task_without_reference_calls_has_none() -> None:
+    [task] = load_tasks(DATA / "mcpuniverse_task.json")
+    assert task.reference_calls == ()
+
+
+def test_reference_calls_may_name_any_server_when_the_task_lists_none(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"instruction": "a", "reference_calls": [{"server": "fetch", "tool": "fetch"}]})
+    [task] = load_tasks(path)
+    assert task.reference_calls[0].arguments == {} and task.reference_calls[0].required_keys == ()
+
+
+def test_an_unknown_field_inside_a_reference_call_names_its_path_and_the_accepted_fields(
+    tmp_path: Path,
+) -> None:
+    path = _write(
+        tmp_path,
+        {"instruction": "a", "reference_calls": [{"server": "s", "tool": "t", "args": {"x": 1}}]},
+    )
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert info.value.where == "task[0].reference_calls[0].args"
+    assert "accepted fields: server, tool, arguments, required" in info.value.message
+
+
+def test_a_reference_call_of_the_wrong_type_names_the_field(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path, {"instruction": "a", "reference_calls": [{"server": "s", "tool": "t", "arguments": [1]}]}
+    )
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert info.value.where == "task[0].reference_calls[0].arguments"
+    assert "Expected `object`, got `array`" in info.value.message
+
+
+def test_every_bad_reference_call_is_reported_with_file_task_and_field(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        [
+            {
+                "instruction": "a",
+                "mcp_servers": [{"name": "calculator", "tools": ["add"]}, {"name": "fetch"}],
+                "reference_calls": [
+                    {"server": " ", "tool": ""},
+                    {"server": "calculator", "tool": "add", "arguments": {"a": 1}, "required": ["a", "b"]},
+                    {"server": "calculator", "tool": "add", "arguments": {"a": 1}, "required": ["a", "a"]},
+                    {"server": "weather", "tool": "forecast"},
+                    {"server": "calculator", "tool": "divide"},
+                    {"server": "fetch", "tool": "anything"},
+                ],
+            }
+        ],
+    )
+    with pytest.raises(SpecErrors) as info:
+        load_tasks(path)
+    problems = info.value.problems
+    assert all(p.file == str(path) for p in problems)
+    assert [p.where for p in problems] == [
+        "task[0].reference_calls[0].server",
+        "task[0].reference_calls[0].tool",
+        "task[0].reference_calls[1].required",
+        "task[0].reference_calls[2].required",
+        "task[0].reference_calls[3].server",
+        "task[0].reference_calls[4].tool",
+    ]  # reference_calls[5] is fine: the task shows every tool of fetch
+    assert "empty; expected the server's name" in problems[0].message
+    assert "required key 'b' is not among the arguments ('a')" in problems[2].message
+    assert "listed twice" in problems[3].message
+    assert "'weather' is not among the task's mcp_servers (calculator, fetch)" in problems[4].message
+    assert "'divide' is not among the tools the task shows of 'calculator' (add)" in problems[5].message
