@@ -122,6 +122,9 @@ class Trajectory(msgspec.Struct, kw_only=True):
     """The conversation as chat messages (decoded), for logs and evaluators."""
     tool_calls: list[ToolCallRecord] = msgspec.field(default_factory=list)
     segment_starts: list[int] = msgspec.field(default_factory=lambda: [0])
+    reasoning: list[int] = msgspec.field(default_factory=list)
+    """Thought-MDP mask: 1 for sampled tokens of an explicit reasoning span (inside ``trainable``);
+    the action mask is ``trainable`` minus it. Empty when the agent does not reason explicitly."""
     final_answer: str | None = None
     """The model's last message when it ended without a tool call."""
     num_turns: int = 0
@@ -136,6 +139,17 @@ class Trajectory(msgspec.Struct, kw_only=True):
     @property
     def num_generated_tokens(self) -> int:
         return sum(self.trainable)
+
+    @property
+    def num_reasoning_tokens(self) -> int:
+        return sum(self.reasoning)
+
+    @property
+    def action(self) -> list[int]:
+        """Thought-MDP action mask: sampled tokens outside the reasoning spans."""
+        if not self.reasoning:
+            return list(self.trainable)
+        return [t & (1 - r) for t, r in zip(self.trainable, self.reasoning, strict=True)]
 
 
 class TrainSample(msgspec.Struct, frozen=True, kw_only=True):
