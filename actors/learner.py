@@ -70,6 +70,12 @@ def _chunks(items: Sequence[TrainSample], size: int) -> Iterator[Sequence[TrainS
         yield items[start : start + size]
 
 
+def _grad(p: torch.nn.Parameter) -> torch.Tensor:
+    import torch
+
+    return p.grad.detach() if p.grad is not None else torch.zeros_like(p)
+
+
 class Learner:
     """Owns the policy weights and the optimizer; see the module docstring for the contract."""
 
@@ -95,6 +101,9 @@ class Learner:
             raise LearnerError(f"Learner: dtype {dtype!r} for {model_path}; expected one of {_DTYPES}")
         self.cfg, self.algo, self.model_path, self.dtype = cfg, algo, model_path, dtype
         self.max_len = max_len
+        from policies.surgery import ConflictTracker
+
+        self._conflicts = ConflictTracker()
         self._version = 0
         torch.manual_seed(seed)
         torch_dtype = getattr(torch, dtype)
@@ -172,15 +181,33 @@ class Learner:
         attn = torch.zeros(len(samples), width, dtype=torch.long)
         mask = torch.zeros(len(samples), width, dtype=torch.float32)
         old = torch.zeros(len(samples), width, dtype=torch.float32)
+        reasoning = torch.zeros(len(samples), width, dtype=torch.float32)
         for row, s in enumerate(samples):
             n = len(s.token_ids)
             ids[row, :n] = torch.tensor(s.token_ids)
             attn[row, :n] = 1
             mask[row, :n] = torch.tensor(s.trainable, dtype=torch.float32)
             old[row, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
-        adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-        device = self._engine.device
-        return {k: v.to(device) for k, v in dict(ids=ids, attn=attn, mask=mask, old=old, adv=adv).items()}
+            if s.reasoning:
+                reasoning[row, :n] = torch.tensor(s.reasoning, dtype=torch.float32)
+        adv_tool = torch.tensor([s.advantage for s in samples], dtype=torch.float32).unsqueeze(-1)
+        adv_reason = torch.tensor([s.reasoning_advantage for s in samples], dtype=torch.float32).unsqueeze(-1)
+        # Per-token advantage of each reward family (paper 000, eqs. 9-10): integrated, both on
+        # every generated token; masked, reasoning advantages on reasoning tokens, tool advantages
+        # on the action tokens (generated tokens outside the reasoning spans).
+        if self.algo.attribution == "masked":
+            reason_tokens, action_tokens = mask * reasoning, mask * (1 - reasoning)
+        else:
+            reason_tokens, action_tokens = mask, mask
+        tensors = {
+            "ids": ids,
+            "attn": attn,
+            "mask": mask,
+            "old": old,
+            "adv_reasoning": adv_reason * reason_tokens,
+            "adv_tool": adv_tool * action_tokens,
+        }
+        return {k: v.to(self._engine.device) for k, v in tensors.items()}
 
     def _logprobs(self, model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         from policies.losses import token_logprobs
@@ -193,7 +220,18 @@ class Learner:
     def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
         """One update of the GRPO family on ``samples``: PPO-clip against the rollout logprobs,
         aggregated by ``algo.aggregation``, plus ``kl_coef`` x KL (``algo.kl_estimator``) to the
-        base model or the rollout-time policy (``algo.kl_reference``)."""
+        base model or the rollout-time policy (``algo.kl_reference``). The per-token advantage is
+        the reasoning family's plus the tool family's, each on its tokens (``algo.attribution``);
+        with ``algo.surgery`` their two gradients are projected (``policies/surgery.py``) first."""
+        if self.algo.surgery:
+            return self._surgery_step(samples)
+        return self._update(samples, "train_step", self._policy_loss(("adv_reasoning", "adv_tool"), kl=True))
+
+    def _policy_loss(
+        self, streams: tuple[str, ...], *, kl: bool
+    ) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
+        """The micro-batch loss for the advantages of ``streams`` (summed per token), with the KL
+        term when ``kl``."""
         import torch
 
         from policies.losses import aggregate, k3_kl, kl_penalty, masked_mean, ppo_clip_loss
@@ -205,10 +243,11 @@ class Learner:
         ) -> tuple[torch.Tensor, dict[str, float]]:
             lp, mask = self._logprobs(self._engine, batch), batch["mask"]
             denominator = total if mode == "token-mean" else rows
+            advantages = sum((batch[name] for name in streams), torch.zeros_like(mask))
             pg, stats = ppo_clip_loss(
                 lp,
                 batch["old"],
-                batch["adv"],
+                advantages,
                 mask,
                 algo.clip_low,
                 algo.clip_high,
@@ -216,27 +255,92 @@ class Learner:
                 mode=mode,  # type: ignore[arg-type]
                 max_len=self.max_len,
             )
-            loss, kl = pg, 0.0
+            loss, kl_value = pg, 0.0
             with torch.no_grad():
-                ref_lp = self._logprobs(self._ref, batch) if self._ref is not None else batch["old"]
                 # k3 of the rollout policy against the current one: train/inference mismatch + drift.
                 rollout_kl = float(masked_mean(k3_kl(lp, batch["old"]), mask, denominator=total))
-            if algo.kl_coef > 0:
+                ref_lp = None
+                if kl and algo.kl_coef > 0:
+                    ref_lp = self._logprobs(self._ref, batch) if self._ref is not None else batch["old"]
+            if ref_lp is not None:
                 per_token = kl_penalty(lp, ref_lp, algo.kl_estimator, mask=mask)
                 kl_term = aggregate(per_token, mask, mode, max_len=self.max_len, denominator=denominator)  # type: ignore[arg-type]
-                loss, kl = pg + algo.kl_coef * kl_term, float(kl_term.detach())
+                loss, kl_value = pg + algo.kl_coef * kl_term, float(kl_term.detach())
             weight = stats["tokens"] / total
             return loss, {
                 "loss": float(loss.detach()),
                 "pg_loss": float(pg.detach()),
-                "kl": kl,
+                "kl": kl_value,
                 "rollout_kl": rollout_kl,
                 "clip_frac": stats["clip_frac"] * weight,
                 "ratio_mean": stats["ratio_mean"] * weight,
                 "ratio_max": stats["ratio_max"],
             }
 
-        return self._update(samples, "train_step", micro_loss)
+        return micro_loss
+
+    def _surgery_step(self, samples: list[TrainSample]) -> dict[str, float]:
+        """Bidirectional gradient surgery (paper 000, §3.3.3, eq. 11): the reasoning and the tool
+        objective's gradients on the shared parameters, each projected off the other when they
+        conflict (both from the original pair), summed, plus the KL term's gradient, one update."""
+        import torch
+
+        from policies.surgery import gram
+
+        if self.cfg.zero_stage != 0 or self.dtype == "bfloat16":
+            raise LearnerError(
+                "algorithm.surgery needs learner.zero_stage 0 and float32 weights (the two objectives' "
+                f"gradients are read from the parameters' .grad); got zero_stage {self.cfg.zero_stage}, {self.dtype}"
+            )
+        params = [p for p in self._engine.module.parameters() if p.requires_grad]
+        grads: dict[str, torch.Tensor] = {}
+        metrics: dict[str, float] = {}
+        per_stream: dict[str, float] = {}
+        for stream in ("adv_reasoning", "adv_tool"):
+            parts = self._accumulate(samples, "train_step", self._policy_loss((stream,), kl=False))
+            grads[stream] = torch.cat([_grad(p).flatten() for p in params])
+            per_stream[f"pg_loss_{stream.removeprefix('adv_')}"] = parts["pg_loss"]
+            metrics = parts | per_stream
+        metrics["pg_loss"] = metrics["pg_loss_reasoning"] + metrics["pg_loss_tool"]
+        metrics["loss"] = metrics["pg_loss"]
+        g_r, g_t = grads["adv_reasoning"], grads["adv_tool"]
+        before = gram(g_r, g_t)
+        c_r, c_t = before.coefficients()  # g_r' = g_r - c_r g_t, g_t' = g_t - c_t g_r (0 when compatible)
+        update = (g_r - c_r * g_t) + (g_t - c_t * g_r)
+        self._engine.optimizer.zero_grad()
+        if self.algo.kl_coef > 0:  # the regulariser is shared, never projected
+            kl_parts = self._accumulate(samples, "train_step", self._kl_only_loss())
+            metrics["kl"] = kl_parts["kl"]
+            metrics["loss"] += self.algo.kl_coef * kl_parts["kl"]
+            update = update + torch.cat([_grad(p).flatten() for p in params])
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = update[offset : offset + n].view_as(p).to(p.dtype).clone()
+            offset += n
+        conflict = self._conflicts.update(before.cosine)
+        metrics["grad_norm"] = self._optimizer_step()
+        return metrics | conflict | {"surgery_conflict": float(before.conflict)}
+
+    def _kl_only_loss(self) -> Callable[..., tuple[torch.Tensor, dict[str, float]]]:
+        import torch
+
+        from policies.losses import aggregate, kl_penalty
+
+        algo, mode = self.algo, self.algo.aggregation
+
+        def micro_loss(
+            batch: dict[str, torch.Tensor], total: float, rows: float
+        ) -> tuple[torch.Tensor, dict[str, float]]:
+            lp, mask = self._logprobs(self._engine, batch), batch["mask"]
+            with torch.no_grad():
+                ref_lp = self._logprobs(self._ref, batch) if self._ref is not None else batch["old"]
+            per_token = kl_penalty(lp, ref_lp, algo.kl_estimator, mask=mask)
+            denominator = total if mode == "token-mean" else rows
+            kl_term = aggregate(per_token, mask, mode, max_len=self.max_len, denominator=denominator)  # type: ignore[arg-type]
+            return algo.kl_coef * kl_term, {"kl": float(kl_term.detach())}
+
+        return micro_loss
 
     def sft_step(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]:
         """One supervised update: mean NLL of the trainable tokens; ``lr`` overrides the RL lr for this step."""
@@ -273,6 +377,18 @@ class Learner:
         wants) and metrics that add up over micro-batches (``*_max`` ones take the maximum).
         """
         start = time.perf_counter()
+        sums = self._accumulate(samples, where, micro_loss)
+        sums["grad_norm"] = self._optimizer_step()
+        seconds = time.perf_counter() - start
+        return sums | {"tokens_per_s": sums["tokens"] / seconds if seconds > 0 else 0.0, "seconds": seconds}
+
+    def _accumulate(
+        self,
+        samples: Sequence[TrainSample],
+        where: str,
+        micro_loss: Callable[[dict[str, torch.Tensor], float, float], tuple[torch.Tensor, dict[str, float]]],
+    ) -> dict[str, float]:
+        """Backward of ``micro_loss`` over every micro-batch into fresh ``.grad``s (no update)."""
         self._validate(samples, where)
         active = [s for s in samples if any(s.trainable)]
         if not active:
@@ -282,6 +398,7 @@ class Learner:
         total = float(sum(sum(s.trainable) for s in active))
         sums: dict[str, float] = {}
         self._engine.train()
+        self._engine.optimizer.zero_grad()
         try:
             for chunk in _chunks(active, self.cfg.micro_batch_size):
                 loss, parts = micro_loss(self._collate(chunk), total, float(len(active)))
@@ -293,14 +410,9 @@ class Learner:
             # A failed micro-batch must not leave half a step's gradients for the next step.
             self._engine.optimizer.zero_grad()
             raise
-        sums["grad_norm"] = self._optimizer_step()
-        seconds = time.perf_counter() - start
-        tokens = float(sum(len(s.token_ids) for s in active))
         return sums | {
-            "tokens": tokens,
+            "tokens": float(sum(len(s.token_ids) for s in active)),
             "trainable_tokens": total,
-            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-            "seconds": seconds,
             "samples": float(len(active)),
             "skipped": float(len(samples) - len(active)),
         }

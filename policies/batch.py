@@ -21,12 +21,15 @@ def rl_samples(
     eps: float = 1e-6,
     keep_zero: bool = False,
     band: tuple[float, float] | None = None,
+    reasoning_key: str | None = None,
 ) -> list[TrainSample]:
     """One sample per trajectory of each complete, scored group.
 
     Zero-advantage samples (every member of a group scored the same) carry no policy gradient;
     they are left out unless ``keep_zero`` (a KL term still learns from them). With ``band``
     (DAPO's dynamic sampling), groups whose success rate is not strictly inside it are left out.
+    With ``reasoning_key``, each trajectory's ``reward_details[reasoning_key]`` (the reasoning
+    reward family) is group-normalised the same way into the samples' ``reasoning_advantage``.
     """
     trajectories = [t for group in groups for t in group]
     for t in trajectories:
@@ -48,11 +51,19 @@ def rl_samples(
         std_normalize=std_normalize,
         eps=eps,
     )
+    reasoning = [0.0] * len(trajectories)
+    if reasoning_key is not None:
+        reasoning = group_advantages(
+            [float(t.reward_details.get(reasoning_key, 0.0)) for t in trajectories],
+            [t.group_id for t in trajectories],
+            std_normalize=std_normalize,
+            eps=eps,
+        )
     return [
         sample
-        for t, a in zip(trajectories, advantages, strict=True)
-        if keep_zero or a != 0.0
-        for sample in _samples(t, a)
+        for t, a, ar in zip(trajectories, advantages, reasoning, strict=True)
+        if keep_zero or a != 0.0 or ar != 0.0
+        for sample in _samples(t, a, ar)
     ]
 
 
@@ -68,7 +79,7 @@ def demonstration_samples(
     ]
 
 
-def _samples(t: Trajectory, advantage: float) -> list[TrainSample]:
+def _samples(t: Trajectory, advantage: float, reasoning_advantage: float = 0.0) -> list[TrainSample]:
     """One sample per rendering segment: a segment is a context the model really saw (a template
     that rewrote history started a new one), so it is scored alone, never after the old one."""
     bounds = [*t.segment_starts, len(t.token_ids)]
@@ -78,6 +89,8 @@ def _samples(t: Trajectory, advantage: float) -> list[TrainSample]:
             trainable=t.trainable[start:end],
             logprobs=t.logprobs[start:end],
             advantage=advantage,
+            reasoning=t.reasoning[start:end],
+            reasoning_advantage=reasoning_advantage,
         )
         for start, end in itertools.pairwise(bounds)
         if any(t.trainable[start:end])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from policies.thought import ReasoningFormat, reasoning_mask, reasoning_spans
 from policies.types import Generation
 
 
@@ -60,10 +61,15 @@ class ChatRecorder:
         *,
         end_of_turn_ids: tuple[int, ...] | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        reasoning_format: ReasoningFormat = "none",
     ) -> None:
         """``end_of_turn_ids``: tokens that end a model turn (default: the tokenizer's eos);
-        ``template_kwargs``: extra arguments for ``apply_chat_template`` (e.g. a template switch)."""
+        ``template_kwargs``: extra arguments for ``apply_chat_template`` (e.g. a template switch);
+        ``reasoning_format``: how a turn marks its explicit reasoning (``policies/thought.py``),
+        recorded as the ``reasoning`` mask (``none``: no mask)."""
         self._tok = tokenizer
+        self._reasoning_format: ReasoningFormat = reasoning_format
+        self._reasoning: list[int] = []
         if end_of_turn_ids is None:
             if tokenizer.eos_token_id is None:
                 raise RecorderError("tokenizer has no eos_token_id; pass end_of_turn_ids explicitly")
@@ -104,7 +110,10 @@ class ChatRecorder:
             )
         ended = bool(ids) and ids[-1] in self._end_of_turn
         content = self._decode(ids[:-1] if ended else ids)
-        self._append(ids, trainable=True, logprobs=logprobs)
+        spans = reasoning_spans(content, self._reasoning_format)
+        self._append(
+            ids, trainable=True, logprobs=logprobs, reasoning=reasoning_mask(ids, self._decode, spans)
+        )
         self._versions.append(generation.version)
         self._text += content + (self._decode(ids[-1:]) if ended else "")
         self._messages.append({"role": "assistant", "content": content})
@@ -178,6 +187,7 @@ class ChatRecorder:
             "versions": self.versions,
             "messages": self.messages,
             "segment_starts": self.segment_starts,
+            "reasoning": list(self._reasoning) if self._reasoning_format != "none" else [],
         }
 
     # -- helpers -----------------------------------------------------------------------------
@@ -200,7 +210,15 @@ class ChatRecorder:
         # Keep special tokens and skip clean-up so the text is what the ids spell, byte for byte.
         return self._tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def _append(self, ids: list[int], *, trainable: bool, logprobs: list[float] | None = None) -> None:
+    def _append(
+        self,
+        ids: list[int],
+        *,
+        trainable: bool,
+        logprobs: list[float] | None = None,
+        reasoning: list[int] | None = None,
+    ) -> None:
         self._ids.extend(ids)
         self._trainable.extend([int(trainable)] * len(ids))
         self._logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self._reasoning.extend(reasoning if reasoning is not None else [0] * len(ids))

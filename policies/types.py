@@ -161,4 +161,9 @@ class TrainSample(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: list[float]
     """Rollout-time log-probability of each token (0.0 where untrainable)."""
     advantage: float = 0.0
-    """Sequence-level advantage, broadcast to every trainable token."""
+    """Sequence-level advantage, broadcast to every trainable token (to the action tokens only
+    under token-masked attribution, when ``reasoning`` is given)."""
+    reasoning: list[int] = msgspec.field(default_factory=list)
+    """Thought-MDP reasoning mask (inside ``trainable``); empty: no explicit reasoning."""
+    reasoning_advantage: float = 0.0
+    """Advantage from the reasoning reward family, for the reasoning tokens."""

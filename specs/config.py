@@ -232,12 +232,21 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     ``dapo``: (0, 1), i.e. drop all-fail and all-pass groups)."""
     eps: float = 1e-6
     """Added to the group standard deviation so equal rewards give advantage 0, not NaN."""
+    attribution: Literal["integrated", "masked"] = "integrated"
+    """How the reasoning and tool reward families' advantages reach the tokens (paper 000,
+    eqs. 9-10): ``integrated``, their sum on every generated token; ``masked``, the reasoning
+    advantage on reasoning tokens only and the tool advantage on action tokens only."""
+    surgery: bool = False
+    """Bidirectional gradient surgery (paper 000, eq. 11): when the two families' gradients
+    conflict, project each off the other before summing. Needs learner.zero_stage 0."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
             raise ValueError("algorithm: need 0 <= clip_low < 1, clip_high >= 0, kl_coef >= 0, eps > 0")
         if self.group_band is not None and not 0 <= self.group_band[0] < self.group_band[1] <= 1:
-            raise ValueError(f"algorithm.group_band must be (low, high) with 0 <= low < high <= 1, got {self.group_band}")
+            raise ValueError(
+                f"algorithm.group_band must be (low, high) with 0 <= low < high <= 1, got {self.group_band}"
+            )
 
     @property
     def normalize_std(self) -> bool:
@@ -250,7 +259,9 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     @property
     def band(self) -> tuple[float, float] | None:
-        return self.group_band if self.group_band is not None else ((0.0, 1.0) if self.type == "dapo" else None)
+        return (
+            self.group_band if self.group_band is not None else ((0.0, 1.0) if self.type == "dapo" else None)
+        )
 
     @property
     def needs_reference_model(self) -> bool:

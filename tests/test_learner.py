@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -204,6 +205,60 @@ def test_the_aggregation_modes_weigh_sequences_as_their_papers_say(model_dir: st
     }
     assert loss["dr_grpo"] == pytest.approx(loss["dapo"] * 12 / 64, rel=1e-4)
     assert loss["grpo"] != pytest.approx(loss["dapo"], rel=1e-3)  # each sequence weighs the same there
+
+
+def _thought(seed: int, advantage: float, reasoning_advantage: float) -> TrainSample:
+    """12 tokens: 3 prompt, 4 reasoning, 5 action."""
+    s = _sample(seed, 12, advantage=advantage)
+    reasoning = [0] * 3 + [1] * 4 + [0] * 5
+    return msgspec.structs.replace(s, reasoning=reasoning, reasoning_advantage=reasoning_advantage)
+
+
+def test_masked_attribution_gives_each_reward_family_only_its_own_tokens(model_dir: str) -> None:
+    """With only a tool advantage, the masked update equals training the action tokens alone
+    (Dr. GRPO's constant-L aggregation, so the token counts do not enter)."""
+    batch = [_thought(i, (1.0, -1.0)[i % 2], 0.0) for i in range(4)]
+    action_only = [
+        msgspec.structs.replace(
+            s, trainable=[t & (1 - r) for t, r in zip(s.trainable, s.reasoning, strict=True)], reasoning=[]
+        )
+        for s in batch
+    ]
+    masked = _learner(model_dir, algo=GrpoConfig(type="dr_grpo", attribution="masked"))
+    alone = _learner(model_dir, algo=GrpoConfig(type="dr_grpo"))
+    a, b = masked.train_step(batch), alone.train_step(action_only)
+    assert a["pg_loss"] == pytest.approx(b["pg_loss"], rel=1e-5)
+    assert _max_diff(_weights(masked), _weights(alone)) < 1e-6
+    integrated = _learner(model_dir, algo=GrpoConfig(type="dr_grpo")).train_step(batch)
+    assert integrated["pg_loss"] != pytest.approx(a["pg_loss"], rel=1e-3)  # reasoning tokens weighed too
+
+
+def test_surgery_keeps_compatible_gradients_and_cancels_exactly_opposed_ones(model_dir: str) -> None:
+    same = [_thought(i, a, a) for i, a in enumerate((1.0, -1.0, 0.5, -0.5))]
+    plain, operated = _learner(model_dir), _learner(model_dir, algo=GrpoConfig(surgery=True))
+    plain.train_step(same)
+    compatible = operated.train_step(same)
+    assert compatible["grad_cosine"] == pytest.approx(1.0, abs=1e-5) and compatible["surgery_conflict"] == 0.0
+    assert _max_diff(_weights(plain), _weights(operated)) < 1e-6  # nothing projected
+    learner = _learner(model_dir, algo=GrpoConfig(surgery=True))
+    opposed = [_thought(i, a, -a) for i, a in enumerate((1.0, -1.0, 0.5, -0.5))]
+    # Rollout logprobs = the current policy's, so every ratio is 1 and the PPO loss is linear in A:
+    # the two objectives' gradients are then exactly opposite.
+    opposed = [
+        msgspec.structs.replace(s, logprobs=[lp * t for lp, t in zip(lps, s.trainable, strict=True)])
+        for s, lps in zip(opposed, learner.sequence_logprobs(opposed), strict=True)
+    ]
+    before = _weights(learner)
+    stats = learner.train_step(opposed)
+    assert stats["grad_cosine"] == pytest.approx(-1.0, abs=1e-5) and stats["surgery_conflict"] == 1.0
+    assert stats["negative_cosine_integral"] == pytest.approx(-1.0, abs=1e-5)
+    assert _max_diff(before, _weights(learner)) < 1e-7  # each projected off the other: both vanish
+
+
+def test_surgery_refuses_partitioned_or_bf16_gradients(model_dir: str) -> None:
+    learner = _learner(model_dir, algo=GrpoConfig(surgery=True), zero_stage=1)
+    with pytest.raises(LearnerError, match="zero_stage 0"):
+        learner.train_step(_batch())
 
 
 def test_export_weights_writes_an_untied_lm_head_equal_to_the_embeddings(
