@@ -85,8 +85,9 @@ async def train(cfg: RunConfig) -> int:
     from launch.report import Reporter
     from policies.batch import demonstration_samples, rl_samples
     from policies.metrics import episode_metrics
-    from policies.react import EpisodeLimits
+    from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
     from policies.scripted import ScriptedEngine
+    from policies.thought import THINK_INSTRUCTIONS
     from policies.tokens import ChatRecorder
     from policies.types import SamplingConfig
     from specs.check import check_task_semantics
@@ -107,6 +108,9 @@ async def train(cfg: RunConfig) -> int:
     uses = Counter(env_config_for(task).key() for task in train_tasks.tasks)
     expert = resolve_import(cfg.domain.expert) if cfg.warmstart.enabled else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
+    system_prompt = cfg.domain.system_prompt or DEFAULT_SYSTEM_PROMPT
+    if cfg.rollout.reasoning_format == "think":
+        system_prompt = f"{system_prompt.rstrip()} {THINK_INSTRUCTIONS}"
     stop_ids = (tokenizer.eos_token_id,)
 
     owns_ray = not ray.is_initialized()
@@ -136,11 +140,13 @@ async def train(cfg: RunConfig) -> int:
                 evaluator=actors.evaluator,
                 env_config_for=env_config_for,
                 engine_for=engine_for,
-                recorder_factory=lambda: ChatRecorder(tokenizer),
+                recorder_factory=lambda: ChatRecorder(
+                    tokenizer, reasoning_format=cfg.rollout.reasoning_format
+                ),
                 acquire_workers=cfg.rollout.acquire_workers,
                 run_workers=cfg.rollout.run_workers,
                 eval_workers=cfg.rollout.eval_workers,
-                system_prompt=cfg.domain.system_prompt,
+                system_prompt=system_prompt,
                 gateway_options=cfg.rollout.gateway_options(),
             )
 

@@ -119,6 +119,10 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     it are refused (``budget_exhausted``); ``null``: only the per-call deadline."""
     route_tool: bool = False
     """Give the agent the built-in ``route`` tool: BM25 search over the environment's tools."""
+    reasoning_format: Literal["none", "think", "harmony"] = "none"
+    """Thought-MDP turns (``policies/thought.py``): ``think`` asks the model to reason inside
+    ``<think></think>`` before each action; ``harmony`` reads gpt-oss analysis channels. Either
+    records the reasoning mask that ``algorithm.attribution: masked`` and the reasoning reward use."""
     tools_top_k: int | None = None
     """Show the agent only the ``k`` tools retrieved for the task's instruction (plus ``route``;
     any other tool it finds stays callable); ``null``: show every tool."""

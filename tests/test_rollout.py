@@ -24,8 +24,9 @@ from actors.mcp_gateway import McpGateway
 from actors.provisioners.local import kill_marked_processes
 from actors.rollout import RolloutPipeline, env_config_resolver
 from policies.batch import demonstration_samples, rl_samples
-from policies.react import EpisodeLimits
+from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
 from policies.scripted import ScriptedEngine
+from policies.thought import THINK_INSTRUCTIONS
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
 from specs.domains.calculator.expert import respond
@@ -61,6 +62,8 @@ async def run_pipeline(
     evaluator: Any = None,
     servers: Path = DOMAIN / "servers.json",
     backend: str = "local",
+    reasoning_format: Any = "none",
+    system_prompt: str | None = None,
 ) -> tuple[list[Any], RolloutPipeline, EnvPool]:
     pool = EnvPool(make_backend(backend, tmp_path / "envs"), run_id(), max_live=3)
     async with McpGateway.running() as gateway:
@@ -70,7 +73,8 @@ async def run_pipeline(
             evaluator=evaluator or Evaluator(("specs.domains.calculator.hooks",)),
             env_config_for=env_config_resolver(load_server_registry(servers)),
             engine_for=lambda task: ScriptedEngine(tokenizer, policy, task),
-            recorder_factory=lambda: ChatRecorder(tokenizer),
+            recorder_factory=lambda: ChatRecorder(tokenizer, reasoning_format=reasoning_format),
+            system_prompt=system_prompt,
             acquire_workers=1,
             run_workers=3,
             eval_workers=1,
@@ -232,3 +236,20 @@ async def test_a_server_or_env_dying_mid_episode_fails_that_trajectory_and_the_e
     assert pipeline.metrics.lost == {"infra_failed": 2}
     stats = pool.stats()
     assert stats["broken"] == 2 and stats["reused"] == 0  # neither broken env came back
+
+
+async def test_a_thought_mdp_episode_records_reasoning_and_action_masks(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    tasks = load_tasks(DOMAIN / "tasks" / "train.json")[:1]
+    prompt = f"{DEFAULT_SYSTEM_PROMPT} {THINK_INSTRUCTIONS}"
+    groups, _, _ = await run_pipeline(
+        tmp_path, tokenizer, tasks, 2, reasoning_format="think", system_prompt=prompt
+    )
+    for t in groups[0].trajectories:
+        assert t.reward == 1.0 and t.num_reasoning_tokens > 0
+        reasoning = tokenizer.decode([i for i, r in zip(t.token_ids, t.reasoning, strict=True) if r])
+        assert reasoning.count("<think>") == reasoning.count("</think>") == 2  # one span per action
+        action = tokenizer.decode([i for i, a in zip(t.token_ids, t.action, strict=True) if a])
+        assert "<tool_call>" in action and "The answer is" in action and "<think>" not in action

@@ -21,6 +21,7 @@ def respond(task: Any, conversation: str) -> str:
     # Only what came after the task itself: the system prompt shows the tags as an example.
     after_task = conversation[conversation.rfind(task.instruction) + len(task.instruction) :]
     responses = _RESPONSE.findall(after_task)
+    think = "<think></think>" in conversation  # a Thought-MDP run asks for reasoning before each action
     if not responses:
         expression = task.private.get("_expression")
         if not expression:
@@ -28,6 +29,8 @@ def respond(task: Any, conversation: str) -> str:
                 f"task {task.instance_id}: the calculator expert needs a private '_expression' field"
             )
         call = {"name": TOOL, "arguments": {"expression": expression}}
-        return f"I will compute this with the calculator.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        plan = f"<think>The question asks for {expression}. I will compute it with the calculator.</think>\n"
+        return f"{plan if think else ''}I will compute this with the calculator.\n<tool_call>\n{json.dumps(call)}\n</tool_call>"
     result = responses[-1].strip()
-    return f"The calculator gives {result}. The answer is {result}."
+    check = f"<think>The calculator returned {result}; that answers the question.</think>\n"
+    return f"{check if think else ''}The calculator gives {result}. The answer is {result}."
