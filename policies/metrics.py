@@ -1,46 +1,206 @@
 """Episode metrics: what a user watches to see whether the agent learns to use its tools.
 
-- ``success``: share of scored episodes with reward 1 (every evaluator passed).
-- ``reward``: mean reward.
-- ``tool_calls``: mean tool calls per episode.
-- ``tool_adoption``: share of episodes with at least one tool call that succeeded.
-- ``valid_call``: share of episodes whose first turn is a well-formed call of a real tool with
-  valid arguments (the tool ran, successfully or with a tool-level error).
-- ``turns``, ``gen_tokens``: mean model turns and generated tokens per episode.
+Notation. A batch holds the *scored* episodes ``τ_1 .. τ_n`` (status ``ok``, reward set; failed
+ones are counted by the pipeline, never here), grouped into the tasks ``x`` they sampled
+(``task_id``; ``J`` tasks, ``n_x`` episodes of task ``x``). For an episode ``τ``: ``r`` its reward,
+``C`` its tool-call log (a call ``c`` has a ``turn``, ``ok`` and an ``error_kind``), ``T`` its
+model turns, ``a`` its final answer (``None`` when it ended without one), ``m`` and ``ρ`` its
+trainable (sampled) and reasoning masks.
+
+Per-episode means, ``M = (1/n) Σ_τ v(τ)``, with ``v(τ)`` =
+
+- ``success``: ``1[r ≥ 1]`` (every evaluator passed); ``reward``: ``r``.
+- ``tool_calls``: ``|C|``, tool-calling steps per trajectory: paper 000's "Avg. Chain" (§4.1).
+- ``tool_adoption``: ``1[∃ c ∈ C: ok(c)]``, at least one call that succeeded.
+- ``valid_call``: the first turn is a well-formed call of a real tool with valid arguments (the
+  tool ran, successfully or with a tool-level error).
+- ``turns``: ``T``; ``gen_tokens``: ``Σ m``.
+- ``reasoning_tokens``: ``Σ ρ``, the Thought-MDP reasoning span: paper 000's "Avg. CoT Tokens"
+  (§4.1); 0 for an agent that does not reason explicitly (empty mask).
+- ``false_success``: ``1[a ≠ None ∧ r < 1]``: the agent *terminated* with a final answer, i.e.
+  declared the task done, and the evaluator says it failed: paper 002's "false-success rate"
+  (Table 3) per episode. An episode cut by the turn or context limit (``a = None``, truncated)
+  never claimed to be done and is not a false success.
+- ``hallucinated_tools``: ``|{c ∈ C: error_kind(c) = unknown_tool}|``, calls of a tool name that
+  does not exist: paper 002's "hallucinated tool names" (Table 3), as a count per episode.
+- ``input_tokens``: ``Σ_t |C_t|``, the tokens the model read as input over all its turns, with
+  ``|C_t|`` the length of the prompt turn ``t`` was sampled on: paper 002's "cumulative input"
+  (Table 2, token block). See ``turn_input_tokens`` for how ``|C_t|`` is read off the recording.
+
+Pooled over turns (paper 002's TIR, Table 3: "MCP steps / total steps"):
+
+- ``tool_step_share = Σ_τ |{turn(c) : c ∈ C(τ)}| / Σ_τ T(τ)``: the share of model turns whose
+  output holds a tool call, well-formed or not (a malformed or hallucinated call is still the
+  decision to call a tool); 0 when no episode has a turn.
+
+Task level (paper 002, Table 3, "Adoption, task-level", 55/309):
+
+- ``task_adoption = |{x : ∃ τ of x, ∃ c ∈ C(τ): ok(c)}| / J``: the share of *tasks* with at least
+  one episode whose tool call succeeded. (The paper counts a task that *invokes* a tool; we ask
+  for a call that ran, so a hallucinated name does not count as adoption.) Equal to
+  ``tool_adoption`` with one episode per task; above it with ``K`` samples per task.
+
+Plus the counts ``episodes = n`` and ``tasks = J``.
+
+Standard errors (``metrics_with_stderr``). The ``K`` episodes sampled for one task are correlated,
+so the unit of sampling is the task: every mean above is a ratio ``R = Σ_x y_x / Σ_x n_x`` of task
+sums (``y_x = Σ_{τ ∈ x} v(τ)``, ``n_x`` its episodes; for ``tool_step_share``, its tool-calling
+turns over its turns) whose standard error is the delta-method (linearisation) one of a ratio
+estimator (Cochran, *Sampling Techniques*, 3rd ed., ch. 6, without finite-population correction):
+
+    SE(R) = sqrt( Σ_x (y_x − R n_x)² / (J (J − 1)) ) / n̄,     n̄ = Σ_x n_x / J,
+
+which with one episode per task (greedy evaluation) is the plain ``s / sqrt(n)`` of
+``mean_and_stderr`` (``s`` the sample standard deviation, Bessel-corrected). ``task_adoption`` is a
+plain mean over tasks. Fewer than two tasks: standard error 0. Paper 002 (§3) calls a difference
+significant when ``|Δ| > 2 SE``; its SE is across 5 repeated runs, ours across tasks (the
+quantity that also covers which tasks were drawn).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from policies.types import Trajectory
 
 MALFORMED = frozenset({"parse_error", "unknown_tool", "bad_arguments"})
+OVERALL = "all"
+"""The key of the row over every episode in ``metrics_with_stderr``."""
 
 
-def episode_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
-    """Means over scored trajectories (failed ones are counted separately by the pipeline)."""
-    scored = [t for t in trajectories if t.status == "ok" and t.reward is not None]
-    n = len(scored)
-    if n == 0:
-        return {f"{prefix}episodes": 0.0}
+def turn_input_tokens(t: Trajectory) -> list[int]:
+    """``|C_t|`` for each model turn ``t`` of a recorded trajectory, in order.
 
-    def mean(values: Sequence[float]) -> float:
-        return sum(values) / n
-
-    out = {
-        "episodes": float(n),
-        "success": mean([1.0 if (t.reward or 0.0) >= 1.0 else 0.0 for t in scored]),
-        "reward": mean([float(t.reward or 0.0) for t in scored]),
-        "tool_calls": mean([float(len(t.tool_calls)) for t in scored]),
-        "tool_adoption": mean([1.0 if any(c.ok for c in t.tool_calls) else 0.0 for t in scored]),
-        "valid_call": mean([1.0 if _first_turn_valid(t) else 0.0 for t in scored]),
-        "turns": mean([float(t.num_turns) for t in scored]),
-        "gen_tokens": mean([float(t.num_generated_tokens) for t in scored]),
-    }
-    return {f"{prefix}{k}": v for k, v in out.items()}
+    A model turn is a maximal run of trainable tokens (two turns are always separated by the
+    untrainable delta of the messages that came between them); it starts at position ``s_t``. The
+    model was given the *current rendering segment* up to ``s_t``: a segment restart (the recorder
+    re-encoding a rewritten context, ``segment_starts``) replaces the whole context, and later turns
+    read only the new segment. So ``|C_t| = s_t − b(s_t)``, ``b(s) = max{b ∈ segment_starts : b ≤ s}``;
+    without a restart, ``|C_t| = s_t``. Example: ``trainable = [0,0,1,1,0,0,0,1]``,
+    ``segment_starts = [0, 4]`` -> turns start at 2 and 7 -> ``[2 - 0, 7 - 4] = [2, 3]``. A turn
+    that sampled no token leaves no trace in the recording and is not counted.
+    """
+    starts = sorted(t.segment_starts) or [0]
+    out: list[int] = []
+    segment = 0
+    for i, flag in enumerate(t.trainable):
+        if flag and (i == 0 or not t.trainable[i - 1]):
+            while segment + 1 < len(starts) and starts[segment + 1] <= i:
+                segment += 1
+            out.append(i - starts[segment])
+    return out
 
 
 def _first_turn_valid(t: Trajectory) -> bool:
     first = [c for c in t.tool_calls if c.turn == 1]
     return bool(first) and first[0].error_kind not in MALFORMED
+
+
+def _tool_turns(t: Trajectory) -> float:
+    return float(len({c.turn for c in t.tool_calls}))
+
+
+PER_EPISODE: dict[str, Callable[[Trajectory], float]] = {
+    "success": lambda t: 1.0 if (t.reward or 0.0) >= 1.0 else 0.0,
+    "reward": lambda t: float(t.reward or 0.0),
+    "tool_calls": lambda t: float(len(t.tool_calls)),
+    "tool_adoption": lambda t: 1.0 if any(c.ok for c in t.tool_calls) else 0.0,
+    "valid_call": lambda t: 1.0 if _first_turn_valid(t) else 0.0,
+    "turns": lambda t: float(t.num_turns),
+    "gen_tokens": lambda t: float(t.num_generated_tokens),
+    "reasoning_tokens": lambda t: float(t.num_reasoning_tokens),
+    "false_success": lambda t: 1.0 if t.final_answer is not None and (t.reward or 0.0) < 1.0 else 0.0,
+    "hallucinated_tools": lambda t: float(sum(c.error_kind == "unknown_tool" for c in t.tool_calls)),
+    "input_tokens": lambda t: float(sum(turn_input_tokens(t))),
+}
+"""Metric name -> its per-episode value ``v(τ)``; the metric is the mean over episodes."""
+
+
+def mean_and_stderr(values: Iterable[float]) -> tuple[float, float]:
+    """``(x̄, s / sqrt(n))`` with ``s`` the sample standard deviation (``n − 1``); ``n < 2``: SE 0."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        raise ValueError("mean_and_stderr: got no values; expected at least one")
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, 0.0
+    variance = sum((x - mean) ** 2 for x in xs) / (n - 1)
+    return mean, math.sqrt(variance / n)
+
+
+def ratio_and_stderr(numerators: Sequence[float], denominators: Sequence[float]) -> tuple[float, float]:
+    """``(R, SE(R))`` of ``R = Σ y / Σ n`` over ``J`` clusters (module docstring); ``Σ n = 0``: ``(0, 0)``."""
+    if len(numerators) != len(denominators):
+        raise ValueError(
+            f"ratio_and_stderr: {len(numerators)} numerators but {len(denominators)} denominators; "
+            "expected one of each per cluster"
+        )
+    j = len(numerators)
+    if j == 0:
+        raise ValueError("ratio_and_stderr: got no clusters; expected at least one")
+    total = float(sum(denominators))
+    if total == 0:
+        return 0.0, 0.0
+    ratio = float(sum(numerators)) / total
+    if j < 2:
+        return ratio, 0.0
+    spread = sum((y - ratio * d) ** 2 for y, d in zip(numerators, denominators, strict=True))
+    return ratio, math.sqrt(spread / (j * (j - 1))) / (total / j)
+
+
+def _scored(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    return [t for t in trajectories if t.status == "ok" and t.reward is not None]
+
+
+def _with_stderr(scored: Sequence[Trajectory]) -> dict[str, tuple[float, float]]:
+    """Every metric of ``scored`` (non-empty) as ``(mean, stderr)``, clustered by task."""
+    by_task: dict[str, list[Trajectory]] = {}
+    for t in scored:
+        by_task.setdefault(t.task_id, []).append(t)
+    tasks = list(by_task.values())
+    sizes = [float(len(group)) for group in tasks]
+    out = {"episodes": (float(len(scored)), 0.0), "tasks": (float(len(tasks)), 0.0)}
+    for name, value in PER_EPISODE.items():
+        out[name] = ratio_and_stderr([sum(value(t) for t in group) for group in tasks], sizes)
+    out["tool_step_share"] = ratio_and_stderr(
+        [sum(_tool_turns(t) for t in group) for group in tasks],
+        [float(sum(t.num_turns for t in group)) for group in tasks],
+    )
+    out["task_adoption"] = mean_and_stderr(
+        1.0 if any(c.ok for t in group for c in t.tool_calls) else 0.0 for group in tasks
+    )
+    return out
+
+
+def metrics_with_stderr(
+    trajectories: Sequence[Trajectory], by: Mapping[str, str] | None = None
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """``{row: {metric: (mean, stderr)}}``: the row ``"all"`` over every scored episode, then (with
+    ``by``, a map ``task_id -> domain``) one row per domain, sorted. With no scored episode the
+    ``"all"`` row is ``{"episodes": (0, 0)}`` and there are no domain rows."""
+    scored = _scored(trajectories)
+    if not scored:
+        return {OVERALL: {"episodes": (0.0, 0.0)}}
+    rows = {OVERALL: _with_stderr(scored)}
+    if by is None:
+        return rows
+    domains: dict[str, list[Trajectory]] = {}
+    for t in scored:
+        if t.task_id not in by:
+            raise ValueError(f"metrics_with_stderr: task {t.task_id!r} has no domain in `by`")
+        domain = by[t.task_id]
+        if domain == OVERALL:
+            raise ValueError(
+                f"metrics_with_stderr: task {t.task_id!r} has domain {OVERALL!r}, which names the overall row"
+            )
+        domains.setdefault(domain, []).append(t)
+    rows.update((d, _with_stderr(domains[d])) for d in sorted(domains))
+    return rows
+
+
+def episode_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
+    """The means of ``metrics_with_stderr`` over every scored episode, keys prefixed by ``prefix``."""
+    overall = metrics_with_stderr(trajectories)[OVERALL]
+    return {f"{prefix}{k}": mean for k, (mean, _) in overall.items()}

@@ -1,4 +1,4 @@
-"""Pure glue between the pipeline and the learner: samples, advantages, episode metrics."""
+"""Pure glue between the pipeline and the learner: samples, advantages (episode metrics: test_metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from launch.train import TaskStream
 from policies.batch import demonstration_samples, rl_samples
-from policies.metrics import episode_metrics
 from policies.types import ToolCallRecord, Trajectory
 
 
@@ -72,23 +71,6 @@ def test_rl_samples_refuse_a_failed_or_unscored_trajectory() -> None:
 def test_demonstrations_keep_only_successful_expert_episodes() -> None:
     kept = demonstration_samples([traj("a", 1.0), traj("b", 0.0), traj("c", 1.0, status="eval_failed")])
     assert len(kept) == 1 and kept[0].advantage == 0.0
-
-
-def test_episode_metrics_count_success_adoption_and_first_turn_validity() -> None:
-    metrics = episode_metrics(
-        [
-            traj("a", 1.0, calls=(None,)),  # valid call, succeeded
-            traj("b", 0.0, calls=("parse_error", None)),  # malformed first, then a good call
-            traj("c", 0.0, calls=("tool_error",)),  # well-formed call, tool said no
-            traj("d", 0.0),  # answered directly
-            traj("e", None, status="infra_failed"),  # not scored: not counted
-        ]
-    )
-    assert metrics["episodes"] == 4
-    assert metrics["success"] == 0.25
-    assert metrics["tool_adoption"] == 0.5
-    assert metrics["valid_call"] == 0.5
-    assert metrics["tool_calls"] == 1.0
 
 
 def test_task_stream_is_seeded_and_visits_every_task_once_per_pass() -> None:

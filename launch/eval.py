@@ -1,0 +1,500 @@
+"""Evaluate a model on a task split with the training pipeline: per-domain metrics with standard errors.
+
+    python launch/eval.py --model PATH [--config FILE] [--split eval|train] [--limit N]
+        [--samples K] [--temperature T] [--by domain|category|none] [--output FILE]
+        [--observation-rule JSON] [key.path=value ...]
+
+``--model`` is a Hugging Face model directory (the demo's ``.cache/models/SmolLM2-135M-Instruct``),
+a run's checkpoint directory (``<run_dir>/checkpoint``: ``Learner.save_checkpoint`` writes the
+DeepSpeed state there and a loadable HF model, tokenizer and chat template included, in its ``hf/``)
+or a run directory (its ``checkpoint/hf``). A bare weights file (``Learner.export_weights``: no
+config, no tokenizer) and a DeepSpeed-only checkpoint are refused with what to pass instead.
+
+The episodes run exactly as in training: the config's environments, gateway, evaluator, vLLM
+generator, agent loop, system prompt and recorder (``rollout.reasoning_format``), and limits
+(turns: ``train.eval_max_turns``, else ``rollout.max_turns``), without a learner. Every task of the
+split (the first ``--limit``) is run once greedily (temperature 0, paper 000 App. A "Evaluation
+protocol"); ``--samples K`` adds ``K`` sampled episodes per task at ``--temperature`` (default
+``rollout.temperature``) and ``rollout.top_p``.
+
+Output: per run (greedy, sampled) a table with one row per domain and one over all tasks, each cell
+``mean±SE`` (``policies.metrics``: SE clustered by task); a domain is a task's ``category`` up to its
+first ``/`` (``--by category``: the whole category; ``none``: the overall row only). The numbers go
+to ``<run_dir>/eval-<split>-<model>.json`` (``--output`` elsewhere), the episodes to
+``<run_dir>/trajectories/eval-<split>-<model>-<run>.jsonl``. Exit status: 0; 2 for bad input (an
+argument, the config, a task file, the model path), said before anything starts; 1 when every
+episode was lost to infrastructure; 130 when interrupted.
+
+``--observation-rule`` (a JSON ``policies.observations.ObservationRule``) is validated and recorded
+in the JSON with ``"applied": false``: the agent loop does not apply observation rules yet, and it
+will be applied once it does. Not here: pass@k, and several models side by side (run it per model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from policies.metrics import OVERALL, metrics_with_stderr  # noqa: E402  (no ML imports)
+from policies.observations import ObservationRule  # noqa: E402
+from specs.config import RunConfig, load_run_config  # noqa: E402
+from specs.errors import SpecError  # noqa: E402
+
+GROUPINGS = ("domain", "category", "none")
+
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # (metric key, header, format of the mean and of the standard error)
+    ("success", "success", "{:.2f}"),
+    ("tool_calls", "chain", "{:.2f}"),
+    ("reasoning_tokens", "cot tok", "{:.1f}"),
+    ("task_adoption", "task adopt", "{:.2f}"),
+    ("tool_step_share", "tool steps", "{:.2f}"),
+    ("false_success", "false succ", "{:.2f}"),
+    ("hallucinated_tools", "halluc", "{:.2f}"),
+    ("input_tokens", "input tok", "{:.0f}"),
+)
+"""The table's metric columns, after ``n`` (episodes) and ``tasks``; the JSON has every metric."""
+
+Rows = Mapping[str, Mapping[str, tuple[float, float]]]
+
+
+# -- arguments ---------------------------------------------------------------------------------------
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"expected a temperature > 0 for sampled repeats, got {text} (the greedy run is always done)"
+        )
+    return value
+
+
+def _observation_rule(text: str) -> ObservationRule:
+    try:
+        return msgspec.json.decode(text, type=ObservationRule)
+    except msgspec.DecodeError as e:  # ValidationError included: unknown fields, wrong types, validators
+        fields = ", ".join(f.name for f in msgspec.structs.fields(ObservationRule))
+        raise argparse.ArgumentTypeError(f"{e}; expected a JSON object with fields among: {fields}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eval.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", help="run config YAML (default: the embedded CPU demo)")
+    parser.add_argument("--model", required=True, help="HF model dir, a run's checkpoint dir, or a run dir")
+    parser.add_argument(
+        "--split", choices=("eval", "train"), default="eval", help="task split (default: eval)"
+    )
+    parser.add_argument(
+        "--limit", type=_int_at_least(1), help="evaluate only the first N tasks (default: all)"
+    )
+    parser.add_argument(
+        "--samples", type=_int_at_least(0), default=0, help="K sampled episodes per task besides greedy"
+    )
+    parser.add_argument(
+        "--temperature", type=_temperature, help="of the sampled repeats (default: rollout's)"
+    )
+    parser.add_argument("--by", choices=GROUPINGS, default="domain", help="table rows (default: domain)")
+    parser.add_argument("--output", help="JSON path (default: <run_dir>/eval-<split>-<model>.json)")
+    parser.add_argument(
+        "--observation-rule", type=_observation_rule, help="ObservationRule JSON (recorded, not applied yet)"
+    )
+    parser.add_argument("overrides", nargs="*", help="config overrides, key.path=value")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parsed and cross-checked arguments; a bad one exits with status 2 and says which and why."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.temperature is not None and args.samples == 0:
+        parser.error("argument --temperature: applies to sampled repeats only; give --samples K >= 1 too")
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        parser.error(
+            f"unrecognized argument(s) {' '.join(bad)}: expected --options or key.path=value overrides"
+        )
+    return args
+
+
+# -- the model and the tasks -------------------------------------------------------------------------
+
+
+def resolve_model_dir(path: str) -> str:
+    """The HF model directory that ``--model path`` names (module docstring); ``SpecError`` otherwise."""
+
+    def refuse(message: str) -> SpecError:
+        return SpecError(path, "--model", message)
+
+    if not os.path.exists(path):
+        raise refuse("no such file or directory; expected a HF model dir, a checkpoint dir or a run dir")
+    if os.path.isfile(path):
+        hint = (
+            "a bare weights file (Learner.export_weights) has no config or tokenizer; pass the checkpoint "
+            "dir whose hf/ save_checkpoint wrote"
+            if path.endswith(".safetensors")
+            else "it is a file"
+        )
+        raise refuse(f"{hint}; expected a directory with config.json")
+    for candidate in (path, os.path.join(path, "hf"), os.path.join(path, "checkpoint", "hf")):
+        if os.path.isfile(os.path.join(candidate, "config.json")):
+            return os.path.normpath(candidate)
+    if os.path.isfile(os.path.join(path, "latest")):
+        raise refuse(
+            "a DeepSpeed checkpoint without its hf/ export (Learner.save_checkpoint writes both); "
+            "expected <checkpoint>/hf/config.json"
+        )
+    raise refuse("no config.json in it, in hf/ or in checkpoint/hf/; expected a HF model dir")
+
+
+def model_tag(model_dir: str) -> str:
+    """A short file-name-safe name of a model dir: its name; for ``<run>/checkpoint[/hf]``, ``<run>-checkpoint``."""
+    parts = [p for p in os.path.normpath(os.path.abspath(model_dir)).split(os.sep) if p] or ["model"]
+    if parts[-1] == "hf" and len(parts) > 1:
+        parts.pop()
+    name = f"{parts[-2]}-checkpoint" if parts[-1] == "checkpoint" and len(parts) > 1 else parts[-1]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "model"
+
+
+def task_domains(tasks: Sequence[Any], by: str) -> dict[str, str] | None:
+    """``task_id -> row`` for ``metrics_with_stderr``: ``category`` up to its first ``/`` (``domain``),
+    the whole ``category``, or ``None`` (``none``: the overall row only)."""
+    if by not in GROUPINGS:
+        raise ValueError(f"task_domains: by={by!r}; expected one of {GROUPINGS}")
+    if by == "none":
+        return None
+    return {t.instance_id: t.category if by == "category" else t.category.split("/", 1)[0] for t in tasks}
+
+
+class EvalPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything decided before an actor starts (no ML import needed to build it)."""
+
+    cfg: RunConfig
+    """The run config, ``model.path`` set to ``model_dir``."""
+    model_dir: str
+    tag: str
+    split: str
+    task_file: str
+    tasks: list[Any]
+    domains: dict[str, str] | None
+    samples: int
+    temperature: float
+    output: str
+    observation_rule: ObservationRule | None
+
+
+def plan_eval(args: argparse.Namespace) -> EvalPlan:
+    """Load and check the config, the model path and the split's tasks; ``SpecError`` on bad input."""
+    from specs.check import check_task_semantics
+    from specs.errors import raise_all
+    from specs.servers import load_server_registry
+    from specs.task import load_tasks
+
+    cfg = load_run_config(args.config, args.overrides)
+    model_dir = resolve_model_dir(args.model)
+    cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, path=model_dir))
+    task_file = cfg.domain.eval_tasks if args.split == "eval" else cfg.domain.tasks
+    tasks = load_tasks(task_file)[: args.limit]
+    if not tasks:
+        raise SpecError(task_file, "tasks", "no task in the file; expected at least one to evaluate")
+    registry = load_server_registry(cfg.domain.servers)
+    raise_all(check_task_semantics(tasks, task_file, registry, cfg.domain.hook_modules)[0])
+    tag = model_tag(model_dir)
+    return EvalPlan(
+        cfg=cfg,
+        model_dir=model_dir,
+        tag=tag,
+        split=args.split,
+        task_file=task_file,
+        tasks=tasks,
+        domains=task_domains(tasks, args.by),
+        samples=args.samples,
+        temperature=args.temperature if args.temperature is not None else cfg.rollout.temperature,
+        output=args.output or os.path.join(cfg.run_dir, f"eval-{args.split}-{tag}.json"),
+        observation_rule=args.observation_rule,
+    )
+
+
+# -- formatting --------------------------------------------------------------------------------------
+
+
+def format_table(rows: Rows) -> str:
+    """One line per row (``all`` first), cells ``mean±SE``; ``-`` where a row has no such metric."""
+
+    def cell(row: Mapping[str, tuple[float, float]], key: str, fmt: str) -> str:
+        if key not in row:
+            return "-"
+        mean, se = row[key]
+        return f"{fmt.format(mean)}±{fmt.format(se)}"
+
+    def count(row: Mapping[str, tuple[float, float]], key: str) -> str:
+        return f"{row[key][0]:.0f}" if key in row else "-"
+
+    header = ["domain", "n", "tasks", *(h for _, h, _ in COLUMNS)]
+    body = [
+        [name, count(row, "episodes"), count(row, "tasks"), *(cell(row, k, f) for k, _, f in COLUMNS)]
+        for name, row in rows.items()
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(
+            f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in [header, *body]
+    )
+
+
+def rows_json(rows: Rows) -> dict[str, dict[str, dict[str, float]]]:
+    """``{row: {metric: {"mean": m, "stderr": s}}}``."""
+    return {name: {k: {"mean": m, "stderr": s} for k, (m, s) in row.items()} for name, row in rows.items()}
+
+
+def summary_line(runs: Mapping[str, Rows]) -> str:
+    """``eval: greedy_success=0.50±0.29 ...``: the overall success and task adoption of each run."""
+    parts = [
+        f"{run}_{key}={row[key][0]:.2f}±{row[key][1]:.2f}"
+        for run, rows in runs.items()
+        for key in ("success", "task_adoption")
+        if key in (row := rows[OVERALL])
+    ]
+    return "eval: " + " ".join(parts)
+
+
+def report(plan: EvalPlan, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The JSON document: what was evaluated, how, and each run (its ``rows`` as ``rows_json``)."""
+    rule = plan.observation_rule
+    return {
+        "model": plan.model_dir,
+        "split": plan.split,
+        "task_file": plan.task_file,
+        "tasks": len(plan.tasks),
+        "domain": plan.cfg.domain.name,
+        "max_turns": plan.cfg.eval_max_turns,
+        "observation_rule": None if rule is None else {**msgspec.to_builtins(rule), "applied": False},
+        "runs": {name: {**run, "rows": rows_json(run["rows"])} for name, run in runs.items()},
+    }
+
+
+def write_json(path: str, document: Mapping[str, Any]) -> None:
+    """Write ``document`` as indented JSON at ``path``, creating its directory."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(msgspec.json.format(msgspec.json.encode(document)) + b"\n")
+
+
+# -- running -----------------------------------------------------------------------------------------
+
+
+def start_eval_actors(cfg: RunConfig, run_id: str, control_tokens: Sequence[str]) -> Any:
+    """The pool, gateway, evaluator and generator of ``actors.placement.start_actors``, no learner."""
+    import tempfile
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from actors.env_pool import remote_env_pool
+    from actors.evaluator import Evaluator
+    from actors.generator import remote_generator
+    from actors.mcp_gateway import remote_mcp_gateway
+    from actors.placement import Actors
+    from actors.provisioners.base import make_provisioner
+    from actors.remote import AsyncProxy, remote_class
+
+    # One node, as in training: environments, server processes and the evaluator's view of them.
+    here = {
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        )
+    }
+    pool = remote_env_pool(
+        make_provisioner(cfg.env.backend, **cfg.env.provisioner_options()),
+        run_id,
+        cfg.env.max_live,
+        cfg.env.reuse,
+        hook_modules=cfg.domain.hook_modules,
+        ttl_s=cfg.env.ttl_s,
+        watchdog=True,
+        ray_options=here,
+    )
+    gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
+    evaluator = remote_class(Evaluator, **here).remote(hook_modules=cfg.domain.hook_modules)
+    g = cfg.generator
+    generator = remote_generator(**here).remote(
+        model_path=cfg.model.path,
+        dtype=cfg.model.dtype,
+        max_model_len=g.max_model_len,
+        kv_cache_gib=g.kv_cache_gib,
+        enforce_eager=g.enforce_eager,
+        max_num_seqs=g.max_num_seqs,
+        gpu_memory_utilization=g.gpu_memory_utilization,
+        seed=cfg.seed,
+    )
+    return Actors(
+        pool=AsyncProxy(pool),
+        gateway=AsyncProxy(gateway),
+        evaluator=AsyncProxy(evaluator),
+        generator=AsyncProxy(generator),
+        learner=None,
+        handles=[pool, gateway, evaluator, generator],
+        weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-"),  # stop_actors removes it
+    )
+
+
+async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
+    """Run the greedy (and sampled) episodes and print each run's table; ``{run: {..., "rows": Rows}}``."""
+    import contextlib
+
+    import ray
+    from transformers import AutoTokenizer
+
+    from actors.placement import stop_actors
+    from actors.rollout import RolloutPipeline, env_config_resolver
+    from launch.report import Reporter
+    from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
+    from policies.thought import THINK_INSTRUCTIONS
+    from policies.tokens import ChatRecorder
+    from policies.types import SamplingConfig
+    from specs.servers import load_server_registry
+
+    cfg = plan.cfg
+    run_id = f"eval-{cfg.run_name}-{uuid.uuid4().hex[:6]}"
+    env_config_for = env_config_resolver(load_server_registry(cfg.domain.servers), cfg.env)
+    tokenizer: Any = AutoTokenizer.from_pretrained(plan.model_dir)
+    stop_ids = (tokenizer.eos_token_id,)
+    # As launch/train.py builds it: a Thought-MDP agent is asked to think before each action.
+    system_prompt = cfg.domain.system_prompt or DEFAULT_SYSTEM_PROMPT
+    if cfg.rollout.reasoning_format == "think":
+        system_prompt = f"{system_prompt.rstrip()} {THINK_INSTRUCTIONS}"
+    limits = EpisodeLimits(
+        max_turns=cfg.eval_max_turns,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        max_context_tokens=cfg.rollout.max_context_tokens,
+        tool_timeout_s=cfg.rollout.tool_timeout_s,
+    )
+    runs = [("greedy", 1, SamplingConfig(temperature=0.0, stop_token_ids=stop_ids))]
+    if plan.samples:
+        sampling = SamplingConfig(
+            temperature=plan.temperature, top_p=cfg.rollout.top_p, stop_token_ids=stop_ids
+        )
+        runs.append(("sampled", plan.samples, sampling))
+
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        ray.init(address=cfg.ray.address, num_cpus=cfg.ray.num_cpus, log_to_driver=True)
+    cleanup = contextlib.AsyncExitStack()
+    try:
+        reporter = Reporter(
+            msgspec.structs.replace(cfg, wandb=msgspec.structs.replace(cfg.wandb, mode="disabled")), run_id
+        )
+        actors = start_eval_actors(cfg, run_id, tokenizer.all_special_tokens)
+        cleanup.push_async_callback(stop_actors, actors)
+        print(f"eval {run_id}: model {plan.model_dir}, {len(plan.tasks)} {plan.split} task(s)", flush=True)
+        await actors.pool.reap_leftovers()
+        out: dict[str, Any] = {}
+        for name, per_task, sampling in runs:
+            pipeline = RolloutPipeline(
+                pool=actors.pool,
+                gateway=actors.gateway,
+                evaluator=actors.evaluator,
+                env_config_for=env_config_for,
+                engine_for=lambda task: actors.generator,
+                recorder_factory=lambda: ChatRecorder(
+                    tokenizer, reasoning_format=cfg.rollout.reasoning_format
+                ),
+                acquire_workers=cfg.rollout.acquire_workers,
+                run_workers=cfg.rollout.run_workers,
+                eval_workers=cfg.rollout.eval_workers,
+                system_prompt=system_prompt,
+                gateway_options=cfg.rollout.gateway_options(),
+            )
+            with reporter.progress(f"{name} episodes", len(plan.tasks)) as advance:
+                groups = await pipeline.collect(plan.tasks, per_task, sampling, limits, advance)
+            trajectories = [t for g in groups for t in g.trajectories]
+            path = reporter.write_trajectories(
+                f"eval-{plan.split}-{plan.tag}-{name}", trajectories, tokenizer
+            )
+            rows = metrics_with_stderr(trajectories, plan.domains)
+            lost = sum(lost_by_status(trajectories).values())
+            print(
+                f"\n{name} (temperature {sampling.temperature:g}, {per_task} per task, {lost} lost):",
+                flush=True,
+            )
+            print(format_table(rows), flush=True)
+            out[name] = {
+                "temperature": sampling.temperature,
+                "episodes_per_task": per_task,
+                "lost": lost_by_status(trajectories),
+                "trajectories": path,
+                "rows": rows,
+            }
+        return out
+    finally:
+        await cleanup.aclose()
+        if owns_ray:
+            ray.shutdown()
+
+
+def lost_by_status(trajectories: Sequence[Any]) -> dict[str, int]:
+    """Episodes lost to infrastructure or a failed evaluator, by status."""
+    return dict(Counter(t.status for t in trajectories if t.status != "ok"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        plan = plan_eval(args)
+    except SpecError as e:  # the config, the model path or a task file: say where, start nothing
+        print(f"eval: bad input: {e}", file=sys.stderr)
+        return 2
+    if plan.observation_rule is not None:
+        print(
+            "eval: note: --observation-rule is recorded, not applied: the agent loop does not apply "
+            "observation rules yet",
+            file=sys.stderr,
+        )
+    try:
+        import anyio
+
+        runs = anyio.run(run_eval, plan)
+    except KeyboardInterrupt:  # run_eval has already destroyed every environment and actor
+        print("interrupted: environments and actors shut down", file=sys.stderr)
+        return 130
+    write_json(plan.output, report(plan, runs))
+    print(summary_line({name: run["rows"] for name, run in runs.items()}), flush=True)
+    print(f"eval: wrote {plan.output}", flush=True)
+    if all(run["rows"][OVERALL]["episodes"][0] == 0 for run in runs.values()):
+        print("eval: every episode was lost; see the log above", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
