@@ -36,9 +36,12 @@ class Actors(msgspec.Struct, kw_only=True):
     weights_dir: str
 
 
-def start_actors(cfg: RunConfig, run_id: str, control_tokens: Sequence[str] = ()) -> Actors:
+def start_actors(
+    cfg: RunConfig, run_id: str, control_tokens: Sequence[str] = (), *, learner: bool = True
+) -> Actors:
     """Create every actor of the run (Ray must be initialised). ``control_tokens``: the model's
-    special tokens, which the gateway escapes in every tool observation."""
+    special tokens, which the gateway escapes in every tool observation; ``learner=False`` (an
+    evaluation) leaves the learner out (``Actors.learner`` is then ``None``)."""
     from actors.env_pool import remote_env_pool
     from actors.evaluator import Evaluator
     from actors.generator import remote_generator
@@ -71,25 +74,29 @@ def start_actors(cfg: RunConfig, run_id: str, control_tokens: Sequence[str] = ()
         gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
         seed=cfg.seed,
     )
-    # Ray gives a zero-CPU actor OMP_NUM_THREADS=1; the colocated learner owns the node's cores
-    # while it trains (generation is idle then), so it gets them all.
-    threads = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}
-    learner = remote_learner(runtime_env={"env_vars": threads}, **here).remote(
-        cfg.model.path,
-        cfg.learner,
-        cfg.algorithm,
-        dtype=cfg.model.dtype,
-        seed=cfg.seed,
-        max_len=cfg.rollout.max_context_tokens,
-    )
+    handles = [pool, gateway, evaluator, generator]
+    trainer = None
+    if learner:
+        # Ray gives a zero-CPU actor OMP_NUM_THREADS=1; the colocated learner owns the node's cores
+        # while it trains (generation is idle then), so it gets them all.
+        threads = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+        trainer = remote_learner(runtime_env={"env_vars": threads}, **here).remote(
+            cfg.model.path,
+            cfg.learner,
+            cfg.algorithm,
+            dtype=cfg.model.dtype,
+            seed=cfg.seed,
+            max_len=cfg.rollout.max_context_tokens,
+        )
+        handles.append(trainer)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     return Actors(
         pool=AsyncProxy(pool),
         gateway=AsyncProxy(gateway),
         evaluator=AsyncProxy(evaluator),
         generator=AsyncProxy(generator),
-        learner=AsyncProxy(learner),
-        handles=[pool, gateway, evaluator, generator, learner],
+        learner=AsyncProxy(trainer) if trainer is not None else None,
+        handles=handles,
         weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-", dir=shm),
     )
 

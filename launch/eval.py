@@ -313,61 +313,6 @@ def write_json(path: str, document: Mapping[str, Any]) -> None:
 # -- running -----------------------------------------------------------------------------------------
 
 
-def start_eval_actors(cfg: RunConfig, run_id: str, control_tokens: Sequence[str]) -> Any:
-    """The pool, gateway, evaluator and generator of ``actors.placement.start_actors``, no learner."""
-    import tempfile
-
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from actors.env_pool import remote_env_pool
-    from actors.evaluator import Evaluator
-    from actors.generator import remote_generator
-    from actors.mcp_gateway import remote_mcp_gateway
-    from actors.placement import Actors
-    from actors.provisioners.base import make_provisioner
-    from actors.remote import AsyncProxy, remote_class
-
-    # One node, as in training: environments, server processes and the evaluator's view of them.
-    here = {
-        "scheduling_strategy": NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False
-        )
-    }
-    pool = remote_env_pool(
-        make_provisioner(cfg.env.backend, **cfg.env.provisioner_options()),
-        run_id,
-        cfg.env.max_live,
-        cfg.env.reuse,
-        hook_modules=cfg.domain.hook_modules,
-        ttl_s=cfg.env.ttl_s,
-        watchdog=True,
-        ray_options=here,
-    )
-    gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
-    evaluator = remote_class(Evaluator, **here).remote(hook_modules=cfg.domain.hook_modules)
-    g = cfg.generator
-    generator = remote_generator(**here).remote(
-        model_path=cfg.model.path,
-        dtype=cfg.model.dtype,
-        max_model_len=g.max_model_len,
-        kv_cache_gib=g.kv_cache_gib,
-        enforce_eager=g.enforce_eager,
-        max_num_seqs=g.max_num_seqs,
-        gpu_memory_utilization=g.gpu_memory_utilization,
-        seed=cfg.seed,
-    )
-    return Actors(
-        pool=AsyncProxy(pool),
-        gateway=AsyncProxy(gateway),
-        evaluator=AsyncProxy(evaluator),
-        generator=AsyncProxy(generator),
-        learner=None,
-        handles=[pool, gateway, evaluator, generator],
-        weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-"),  # stop_actors removes it
-    )
-
-
 async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
     """Run the greedy (and sampled) episodes and print each run's table; ``{run: {..., "rows": Rows}}``."""
     import contextlib
@@ -375,12 +320,10 @@ async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
     import ray
     from transformers import AutoTokenizer
 
-    from actors.placement import stop_actors
-    from actors.rollout import RolloutPipeline, env_config_resolver
+    from actors.placement import start_actors, stop_actors
+    from actors.rollout import env_config_resolver
+    from launch.episodes import episode_limits, make_pipeline
     from launch.report import Reporter
-    from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
-    from policies.thought import THINK_INSTRUCTIONS
-    from policies.tokens import ChatRecorder
     from policies.types import SamplingConfig
     from specs.servers import load_server_registry
 
@@ -389,16 +332,7 @@ async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
     env_config_for = env_config_resolver(load_server_registry(cfg.domain.servers), cfg.env)
     tokenizer: Any = AutoTokenizer.from_pretrained(plan.model_dir)
     stop_ids = (tokenizer.eos_token_id,)
-    # As launch/train.py builds it: a Thought-MDP agent is asked to think before each action.
-    system_prompt = cfg.domain.system_prompt or DEFAULT_SYSTEM_PROMPT
-    if cfg.rollout.reasoning_format == "think":
-        system_prompt = f"{system_prompt.rstrip()} {THINK_INSTRUCTIONS}"
-    limits = EpisodeLimits(
-        max_turns=cfg.eval_max_turns,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        max_context_tokens=cfg.rollout.max_context_tokens,
-        tool_timeout_s=cfg.rollout.tool_timeout_s,
-    )
+    limits = episode_limits(cfg, cfg.eval_max_turns)
     runs = [("greedy", 1, SamplingConfig(temperature=0.0, stop_token_ids=stop_ids))]
     if plan.samples:
         sampling = SamplingConfig(
@@ -414,27 +348,13 @@ async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
         reporter = Reporter(
             msgspec.structs.replace(cfg, wandb=msgspec.structs.replace(cfg.wandb, mode="disabled")), run_id
         )
-        actors = start_eval_actors(cfg, run_id, tokenizer.all_special_tokens)
+        actors = start_actors(cfg, run_id, tokenizer.all_special_tokens, learner=False)
         cleanup.push_async_callback(stop_actors, actors)
         print(f"eval {run_id}: model {plan.model_dir}, {len(plan.tasks)} {plan.split} task(s)", flush=True)
         await actors.pool.reap_leftovers()
         out: dict[str, Any] = {}
         for name, per_task, sampling in runs:
-            pipeline = RolloutPipeline(
-                pool=actors.pool,
-                gateway=actors.gateway,
-                evaluator=actors.evaluator,
-                env_config_for=env_config_for,
-                engine_for=lambda task: actors.generator,
-                recorder_factory=lambda: ChatRecorder(
-                    tokenizer, reasoning_format=cfg.rollout.reasoning_format
-                ),
-                acquire_workers=cfg.rollout.acquire_workers,
-                run_workers=cfg.rollout.run_workers,
-                eval_workers=cfg.rollout.eval_workers,
-                system_prompt=system_prompt,
-                gateway_options=cfg.rollout.gateway_options(),
-            )
+            pipeline = make_pipeline(cfg, actors, tokenizer, env_config_for, lambda task: actors.generator)
             with reporter.progress(f"{name} episodes", len(plan.tasks)) as advance:
                 groups = await pipeline.collect(plan.tasks, per_task, sampling, limits, advance)
             trajectories = [t for g in groups for t in g.trajectories]

@@ -82,14 +82,13 @@ async def train(cfg: RunConfig) -> int:
 
     from actors.placement import publish_weights, start_actors, stop_actors
     from actors.rollout import RolloutPipeline, env_config_resolver
+    from launch.episodes import episode_limits, make_pipeline, score_reasoning
     from launch.report import Reporter
     from policies.batch import demonstration_samples, rl_samples
     from policies.metrics import episode_metrics
-    from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
     from policies.scripted import ScriptedEngine
-    from policies.thought import THINK_INSTRUCTIONS
-    from policies.tokens import ChatRecorder
     from policies.types import SamplingConfig
+    from rewards.reasoning_reward import ReasoningScorer
     from specs.check import check_task_semantics
     from specs.errors import raise_all
     from specs.registry import resolve_import
@@ -108,9 +107,6 @@ async def train(cfg: RunConfig) -> int:
     uses = Counter(env_config_for(task).key() for task in train_tasks.tasks)
     expert = resolve_import(cfg.domain.expert) if cfg.warmstart.enabled else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
-    system_prompt = cfg.domain.system_prompt or DEFAULT_SYSTEM_PROMPT
-    if cfg.rollout.reasoning_format == "think":
-        system_prompt = f"{system_prompt.rstrip()} {THINK_INSTRUCTIONS}"
     stop_ids = (tokenizer.eos_token_id,)
 
     owns_ray = not ray.is_initialized()
@@ -134,28 +130,11 @@ async def train(cfg: RunConfig) -> int:
                     print(f"prewarmed {warmed} {cfg.env.backend} environment(s) for {n} tasks", flush=True)
 
         def pipeline(engine_for: Any) -> RolloutPipeline:
-            return RolloutPipeline(
-                pool=actors.pool,
-                gateway=actors.gateway,
-                evaluator=actors.evaluator,
-                env_config_for=env_config_for,
-                engine_for=engine_for,
-                recorder_factory=lambda: ChatRecorder(
-                    tokenizer, reasoning_format=cfg.rollout.reasoning_format
-                ),
-                acquire_workers=cfg.rollout.acquire_workers,
-                run_workers=cfg.rollout.run_workers,
-                eval_workers=cfg.rollout.eval_workers,
-                system_prompt=system_prompt,
-                gateway_options=cfg.rollout.gateway_options(),
-            )
+            return make_pipeline(cfg, actors, tokenizer, env_config_for, engine_for)
 
-        limits = EpisodeLimits(
-            max_turns=cfg.rollout.max_turns,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            max_context_tokens=cfg.rollout.max_context_tokens,
-            tool_timeout_s=cfg.rollout.tool_timeout_s,
-        )
+        limits = episode_limits(cfg)
+        scorer = ReasoningScorer(fmt=cfg.rollout.reasoning_format) if cfg.algorithm.reasoning_reward else None
+        instructions = {t.instance_id: t.instruction for t in train_tasks.tasks}
         eval_limits = msgspec.structs.replace(limits, max_turns=cfg.eval_max_turns)
         greedy = SamplingConfig(temperature=0.0, stop_token_ids=stop_ids)
         sampling = SamplingConfig(
@@ -223,12 +202,19 @@ async def train(cfg: RunConfig) -> int:
                 raise RuntimeError(
                     f"step {step}: every group was lost ({rollout.metrics.lost}); see the log above"
                 )
+            reasoning: dict[str, float] = {}
+            if scorer is not None:  # the reasoning family: scored in the driver, ~25 ms a trajectory
+                flat = [t for g in complete for t in g]
+                reasoning["reasoning_reward"] = score_reasoning(
+                    scorer, flat, instructions, cfg.rollout.reasoning_format
+                )
             samples = rl_samples(
                 complete,
                 std_normalize=cfg.algorithm.normalize_std,
                 eps=cfg.algorithm.eps,
                 keep_zero=cfg.algorithm.kl_coef > 0,
                 band=cfg.algorithm.band,
+                reasoning_key="reasoning" if scorer is not None else None,
             )
             started = time.perf_counter()
             update: dict[str, float] = {}
@@ -243,6 +229,7 @@ async def train(cfg: RunConfig) -> int:
             m = rollout.metrics
             metrics = {
                 **episode_metrics([t for g in complete for t in g]),
+                **reasoning,
                 **{k: float(v) for k, v in update.items()},
                 "samples": float(len(samples)),
                 "gen_tok_s": generated / rollout_s if rollout_s else 0.0,

@@ -243,6 +243,10 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     surgery: bool = False
     """Bidirectional gradient surgery (paper 000, eq. 11): when the two families' gradients
     conflict, project each off the other before summing. Needs learner.zero_stage 0."""
+    reasoning_reward: bool = False
+    """Score each trajectory's reasoning (paper 000, eqs. 1-4: keyword relevance density +
+    0.5 x sentence coherence + structure; ``rewards/reasoning_reward.py``) and train on its
+    group-normalised advantage as the reasoning family. Needs rollout.reasoning_format."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
@@ -358,6 +362,13 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         if self.warmstart.enabled and not self.domain.expert:
             raise ValueError(
                 "warmstart.enabled needs domain.expert: the demonstrations come from the scripted expert"
+            )
+        if (
+            self.algorithm.reasoning_reward or self.algorithm.surgery
+        ) and self.rollout.reasoning_format == "none":
+            raise ValueError(
+                "algorithm.reasoning_reward and algorithm.surgery need rollout.reasoning_format "
+                "(think or harmony): without explicit reasoning there is no reasoning family to score"
             )
         if self.rollout.max_context_tokens > self.generator.max_model_len:
             raise ValueError(

@@ -1,0 +1,76 @@
+"""What training and evaluation share about an episode: its system prompt, limits and pipeline.
+
+``launch/train.py`` and ``launch/eval.py`` build episodes from the same ``RunConfig`` through these
+functions, so an evaluation runs the agent exactly as training did (prompt, reasoning format,
+gateway options, limits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from actors.placement import Actors
+from actors.rollout import RolloutPipeline
+from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
+from policies.thought import THINK_INSTRUCTIONS, reasoning_text
+from policies.tokens import ChatRecorder
+from policies.types import Trajectory
+from specs.config import RunConfig
+
+
+def episode_system_prompt(cfg: RunConfig) -> str:
+    """The domain's system prompt (or the default); a Thought-MDP agent is asked to think first."""
+    prompt = cfg.domain.system_prompt or DEFAULT_SYSTEM_PROMPT
+    if cfg.rollout.reasoning_format == "think":
+        prompt = f"{prompt.rstrip()} {THINK_INSTRUCTIONS}"
+    return prompt
+
+
+def episode_limits(cfg: RunConfig, max_turns: int | None = None) -> EpisodeLimits:
+    return EpisodeLimits(
+        max_turns=max_turns or cfg.rollout.max_turns,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        max_context_tokens=cfg.rollout.max_context_tokens,
+        tool_timeout_s=cfg.rollout.tool_timeout_s,
+    )
+
+
+def make_pipeline(
+    cfg: RunConfig,
+    actors: Actors,
+    tokenizer: Any,
+    env_config_for: Callable[[Any], Any],
+    engine_for: Callable[[Any], Any],
+) -> RolloutPipeline:
+    """A rollout pipeline over the run's actors, configured from ``cfg.rollout``."""
+    return RolloutPipeline(
+        pool=actors.pool,
+        gateway=actors.gateway,
+        evaluator=actors.evaluator,
+        env_config_for=env_config_for,
+        engine_for=engine_for,
+        recorder_factory=lambda: ChatRecorder(tokenizer, reasoning_format=cfg.rollout.reasoning_format),
+        acquire_workers=cfg.rollout.acquire_workers,
+        run_workers=cfg.rollout.run_workers,
+        eval_workers=cfg.rollout.eval_workers,
+        system_prompt=episode_system_prompt(cfg),
+        gateway_options=cfg.rollout.gateway_options(),
+    )
+
+
+def score_reasoning(
+    scorer: Any, trajectories: Sequence[Trajectory], instructions: Mapping[str, str], fmt: str
+) -> float:
+    """Put each scored trajectory's reasoning reward (``rewards/reasoning_reward.py``, over the
+    reasoning of all its model turns) in ``reward_details["reasoning"]``; returns the mean."""
+    totals = []
+    for t in trajectories:
+        if t.status != "ok":
+            continue
+        turns = [m["content"] for m in t.messages if m.get("role") == "assistant"]
+        reasoning = "\n".join(filter(None, (reasoning_text(turn, fmt) for turn in turns)))  # type: ignore[arg-type]
+        score = scorer.score(instructions[t.task_id], reasoning, turns=turns)
+        t.reward_details["reasoning"] = score.total
+        totals.append(score.total)
+    return sum(totals) / len(totals) if totals else 0.0
