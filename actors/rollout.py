@@ -111,7 +111,8 @@ class RolloutPipeline:
     ) -> list[Group]:
         """Every group of this batch (dropped ones included, with their reason)."""
         groups = []
-        async with contextlib.aclosing(self.stream(tasks, group_size, sampling, limits)) as stream:
+        stream = self.stream(tasks, group_size, sampling, limits)
+        async with contextlib.aclosing(stream):  # type: ignore[type-var]  # an async generator
             async for group in stream:
                 groups.append(group)
                 if on_group is not None:

@@ -12,7 +12,7 @@ A ``respond`` function is domain logic, named in the run config by import string
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from policies.types import Generation, SamplingConfig
 
@@ -35,7 +35,7 @@ class ScriptedEngine:
         text = self._respond(self._task, conversation)
         ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         self.calls += 1
-        finish = "stop"
+        finish: Literal["stop", "length"] = "stop"
         if len(ids) >= sampling.max_tokens:
             ids, finish = ids[: sampling.max_tokens], "length"
         else:

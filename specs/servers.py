@@ -27,7 +27,7 @@ import re
 import socket
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -108,14 +108,19 @@ class ServerRegistry:
         fill = _Filler(source, self.file, name)
         env = {k: fill(v, f"{where}.env.{k}") for k, v in entry.env.items()}
         if entry.stdio is None and entry.http_url:
-            url = fill(entry.http_url, f"{where}.http_url")
             headers = {k: fill(v, f"{where}.headers.{k}") for k, v in (entry.headers or {}).items()}
             return ServerLaunch(
-                name=name, transport="http", url=url, headers=headers, env=env, secrets=fill.secrets()
+                name=name,
+                transport="http",
+                url=fill(entry.http_url, f"{where}.http_url"),
+                headers=headers,
+                env=env,
+                secrets=fill.secrets(),
             )
-        spec, transport = (entry.stdio, "stdio") if entry.stdio is not None else (entry.sse, "sse")
+        spec = entry.stdio if entry.stdio is not None else entry.sse
+        transport: Literal["stdio", "sse"] = "stdio" if entry.stdio is not None else "sse"
         assert spec is not None  # parsing demands one transport
-        url = None
+        url: str | None = None
         if transport == "sse":
             port = free_port()
             fill.public["PORT"] = str(port)

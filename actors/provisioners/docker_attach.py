@@ -13,12 +13,13 @@ process tree before it exits, so a hung server does not live on inside the conta
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 from actors.provisioners.docker import exit_code, frames, kill_exec, open_exec
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pump_stdin(sock: socket.socket) -> None:
-    stdin = sys.stdin.buffer
+    stdin = cast(io.BufferedReader, sys.stdin.buffer)
     try:
         while chunk := stdin.read1(65536):
             sock.sendall(chunk)
