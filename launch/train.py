@@ -84,7 +84,7 @@ async def train(cfg: RunConfig) -> int:
     from actors.rollout import RolloutPipeline, env_config_resolver
     from launch.episodes import episode_limits, make_pipeline, score_reasoning
     from launch.report import Reporter
-    from policies.batch import demonstration_samples, rl_samples
+    from policies.batch import adoption_samples, demonstration_samples, rl_samples
     from policies.metrics import episode_metrics
     from policies.scripted import ScriptedEngine
     from policies.types import SamplingConfig
@@ -208,14 +208,24 @@ async def train(cfg: RunConfig) -> int:
                 reasoning["reasoning_reward"] = score_reasoning(
                     scorer, flat, instructions, cfg.rollout.reasoning_format
                 )
-            samples = rl_samples(
-                complete,
-                std_normalize=cfg.algorithm.normalize_std,
-                eps=cfg.algorithm.eps,
-                keep_zero=cfg.algorithm.kl_coef > 0,
-                band=cfg.algorithm.band,
-                reasoning_key="reasoning" if scorer is not None else None,
-            )
+            if cfg.algorithm.returns == "adoption":
+                samples = adoption_samples(
+                    complete,
+                    max_steps=cfg.rollout.max_turns,
+                    lambda_len=cfg.algorithm.adoption_len,
+                    lambda_cap=cfg.algorithm.adoption_cap,
+                    lambda_mcp=cfg.algorithm.tool_bonus,
+                    eps=cfg.algorithm.eps,
+                )
+            else:
+                samples = rl_samples(
+                    complete,
+                    std_normalize=cfg.algorithm.normalize_std,
+                    eps=cfg.algorithm.eps,
+                    keep_zero=cfg.algorithm.kl_coef > 0,
+                    band=cfg.algorithm.band,
+                    reasoning_key="reasoning" if scorer is not None else None,
+                )
             started = time.perf_counter()
             update: dict[str, float] = {}
             for _ in range(cfg.learner.epochs_per_step if samples else 0):

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from policies.advantages import group_advantages, keep_groups
 from policies.types import TrainSample, Trajectory
+from rewards.adoption import shaped_return, step_advantages_with_bonus
 
 
 def rl_samples(
@@ -67,6 +68,47 @@ def rl_samples(
     ]
 
 
+def adoption_samples(
+    groups: Iterable[Sequence[Trajectory]],
+    *,
+    max_steps: int,
+    lambda_len: float,
+    lambda_cap: float,
+    lambda_mcp: float,
+    eps: float = 1e-6,
+) -> list[TrainSample]:
+    """Tool-adoption training (paper 002, §5.1): one sample per model turn (step).
+
+    Per group, each trajectory's shaped return ``R = ±1 - lambda_len T / T_max - lambda_cap
+    [T >= T_max]`` (eq. 3; +1 when it succeeded, reward >= 1) is z-scored within the group and
+    divided by its number of steps ``T``; a step whose tool call succeeded, is not read-only and
+    calls a new (tool, arguments) key gets ``lambda_mcp`` more, *after* the normalisation (eq. 4,
+    ``rewards/adoption.py``). Step ``t``'s sample is the conversation up to the end of turn ``t``
+    (within its rendering segment) with only turn ``t``'s tokens trainable. Steps with advantage 0
+    are left out."""
+    samples: list[TrainSample] = []
+    for group in groups:
+        group = list(group)
+        for t in group:
+            if t.status != "ok" or t.reward is None:
+                raise ValueError(
+                    f"adoption_samples: trajectory of {t.task_id} is {t.status} with reward {t.reward}; "
+                    "only complete, scored groups may be trained"
+                )
+        steps = [max(len(_turn_spans(t)), 1) for t in group]
+        returns = [
+            shaped_return(
+                float(t.reward or 0.0) >= 1.0, n, max_steps, lambda_len=lambda_len, lambda_cap=lambda_cap
+            )
+            for t, n in zip(group, steps, strict=True)
+        ]
+        calls = [[c for c in t.tool_calls if c.turn <= n] for t, n in zip(group, steps, strict=True)]
+        per_step = step_advantages_with_bonus(returns, steps, calls, lambda_mcp=lambda_mcp, eps=eps)
+        for t, advantages in zip(group, per_step, strict=True):
+            samples.extend(_step_samples(t, advantages))
+    return samples
+
+
 def demonstration_samples(
     trajectories: Iterable[Trajectory], *, min_reward: float = 1.0
 ) -> list[TrainSample]:
@@ -95,3 +137,39 @@ def _samples(t: Trajectory, advantage: float, reasoning_advantage: float = 0.0) 
         for start, end in itertools.pairwise(bounds)
         if any(t.trainable[start:end])
     ]
+
+
+def _turn_spans(t: Trajectory) -> list[tuple[int, int, int]]:
+    """Each model turn as ``(segment_start, start, end)``: maximal runs of trainable tokens."""
+    starts = sorted(t.segment_starts)
+    spans, i, n = [], 0, len(t.token_ids)
+    while i < n:
+        if not t.trainable[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and t.trainable[j] and (j == i or j not in starts):
+            j += 1
+        spans.append((max(s for s in starts if s <= i), i, j))
+        i = j
+    return spans
+
+
+def _step_samples(t: Trajectory, advantages: Sequence[float]) -> list[TrainSample]:
+    out = []
+    for (segment, start, end), advantage in zip(_turn_spans(t), advantages, strict=False):
+        if advantage == 0.0:
+            continue
+        trainable = [0] * (start - segment) + [1] * (end - start)
+        out.append(
+            TrainSample(
+                token_ids=t.token_ids[segment:end],
+                trainable=trainable,
+                logprobs=[0.0] * (start - segment) + t.logprobs[start:end],
+                advantage=advantage,
+                reasoning=[r & m for r, m in zip(t.reasoning[segment:end], trainable, strict=True)]
+                if t.reasoning
+                else [],
+            )
+        )
+    return out

@@ -243,6 +243,17 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     surgery: bool = False
     """Bidirectional gradient surgery (paper 000, eq. 11): when the two families' gradients
     conflict, project each off the other before summing. Needs learner.zero_stage 0."""
+    returns: Literal["outcome", "adoption"] = "outcome"
+    """``outcome``: one sample per trajectory with its group advantage. ``adoption`` (tool-adoption
+    paper, eqs. 3-4): shaped return +-1 - adoption_len T/T_max - adoption_cap [T >= T_max]
+    (T_max = rollout.max_turns), z-scored in the group, divided by T, one sample per step, plus
+    ``tool_bonus`` after normalisation on steps with a new, successful, non-read-only call."""
+    adoption_len: float = 0.05
+    """lambda_len of the adoption return."""
+    adoption_cap: float = 0.2
+    """lambda_cap of the adoption return."""
+    tool_bonus: float = 0.1
+    """lambda_mcp, the dense tool bonus of the adoption returns (0: off)."""
     reasoning_reward: bool = False
     """Score each trajectory's reasoning (paper 000, eqs. 1-4: keyword relevance density +
     0.5 x sentence coherence + structure; ``rewards/reasoning_reward.py``) and train on its

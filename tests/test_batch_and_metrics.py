@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from launch.train import TaskStream
-from policies.batch import demonstration_samples, rl_samples
+from policies.batch import adoption_samples, demonstration_samples, rl_samples
 from policies.types import ToolCallRecord, Trajectory
 
 
@@ -126,3 +126,48 @@ def test_each_rendering_segment_becomes_its_own_sample() -> None:
         [0, 1, 0, 1],
         [0, -2, 0, -3],
     )
+
+
+def two_turns(group: str, reward: float, calls: tuple[tuple[bool, bool | None], ...]) -> Trajectory:
+    """prompt(2) turn1(2) tool(1) turn2(2): tokens 10..16; calls as (ok, read_only) at turns 1..."""
+    return Trajectory(
+        task_id=group,
+        group_id=group,
+        token_ids=[10, 11, 12, 13, 14, 15, 16],
+        trainable=[0, 0, 1, 1, 0, 1, 1],
+        logprobs=[0.0, 0.0, -0.1, -0.2, 0.0, -0.3, -0.4],
+        versions=[0, 0],
+        messages=[],
+        tool_calls=[
+            ToolCallRecord(
+                turn=i + 1,
+                name="s__t",
+                arguments={"n": i},
+                ok=ok,
+                error_kind=None if ok else "tool_error",
+                latency_s=0.0,
+                output_bytes=1,
+                read_only=read_only,
+            )
+            for i, (ok, read_only) in enumerate(calls)
+        ],
+        num_turns=2,
+        reward=reward,
+    )
+
+
+def test_adoption_samples_are_per_step_with_z_over_t_and_the_bonus_after_normalisation() -> None:
+    """Two 2-step trajectories, T_max 4: R = +1 - 0.05 * 2/4 = 0.975 and -1 - 0.025 = -1.025;
+    z = +-1/sqrt(2) = +-0.70711, per step z / 2 = +-0.35355; the winner's first call succeeded and
+    writes (bonus 0.1 at step 1), its second is read-only (none); the loser's call failed (none)."""
+    group = [two_turns("g", 1.0, ((True, False), (True, True))), two_turns("g", 0.0, ((False, None),))]
+    samples = adoption_samples([group], max_steps=4, lambda_len=0.05, lambda_cap=0.2, lambda_mcp=0.1)
+    assert [round(s.advantage, 5) for s in samples] == [0.45355, 0.35355, -0.35355, -0.35355]
+    first, second = samples[0], samples[1]
+    assert (first.token_ids, first.trainable, first.logprobs) == (
+        [10, 11, 12, 13],
+        [0, 0, 1, 1],
+        [0.0, 0.0, -0.1, -0.2],
+    )
+    assert second.token_ids == [10, 11, 12, 13, 14, 15, 16] and second.trainable == [0, 0, 0, 0, 0, 1, 1]
+    assert second.logprobs[-2:] == [-0.3, -0.4] and sum(second.logprobs[:5]) == 0.0
