@@ -25,7 +25,6 @@ does not see: they are not run here (a warning says so at each release).
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import time
 from collections import OrderedDict
@@ -141,26 +140,29 @@ class EnvPool:
         """Create up to ``count`` idle environments for ``config`` (fewer if ``max_live`` is
         reached), concurrently; how many were created. Failures are logged, not raised: an acquire
         creates on demand anyway."""
-        created: list[EnvInfo] = []
+        created = 0
 
         async def one() -> None:
+            nonlocal created
             async with self._changed:
                 if self._closed or self._live >= self.max_live:
                     return
                 self._live += 1
             try:
-                created.append(await self._create(config))
+                env = await self._create(config)
             except EnvError as e:
                 logger.warning("prewarm of an env for key %s failed: %s", config.key(), e)
+                return
+            with anyio.CancelScope(shield=True):  # idle at once: shutdown finds it even if cancelled now
+                async with self._changed:
+                    self._idle[env.env_id] = env
+                    self._changed.notify_all()
+            created += 1
 
         async with anyio.create_task_group() as tg:
             for _ in range(count):
                 tg.start_soon(one)
-        async with self._changed:
-            for env in created:
-                self._idle[env.env_id] = env
-            self._changed.notify_all()
-        return len(created)
+        return created
 
     async def sweep(self) -> int:
         """Destroy idle environments past their time-to-live, then reap dead owners' leftovers;
@@ -193,7 +195,7 @@ class EnvPool:
         mine = set(self._held) | set(self._idle)
         reaped = 0
         for env in await self.provisioner.list_owned(None):
-            if env.env_id in mine or _owner_alive(env):
+            if env.env_id in mine or env_watchdog.owner_alive(env.data):
                 continue
             try:
                 await self.provisioner.destroy(env)
@@ -317,15 +319,6 @@ class EnvPool:
                 )
                 return False
         return True
-
-
-def _owner_alive(env: EnvInfo) -> bool:
-    """Whether the process that created ``env`` still runs (same pid *and* start time: pids get
-    reused). An owner on another host (a remote container engine) is taken to be alive."""
-    host = env.data.get("owner_host")
-    if host is not None and host != socket.gethostname():
-        return True
-    return env_watchdog.process_alive(env.data.get("owner_pid"), env.data.get("owner_started"))
 
 
 def remote_env_pool(

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,15 @@ def process_alive(pid: object, started: object) -> bool:
         return alive and (started is None or abs(proc.create_time() - float(started)) < 1.0)  # type: ignore[arg-type]
     except psutil.Error:
         return False
+
+
+def owner_alive(data: dict[str, object]) -> bool:
+    """Whether the process that created an environment (``EnvInfo.data``) still runs. An owner on
+    another host (a shared remote engine) is taken to be alive: only its own host can tell."""
+    host = data.get("owner_host")
+    if host is not None and host != socket.gethostname():
+        return True
+    return process_alive(data.get("owner_pid"), data.get("owner_started"))
 
 
 def spawn(backend: str, spec: dict[str, object], run_id: str) -> subprocess.Popen[bytes]:
@@ -69,7 +79,7 @@ async def reap_run(backend: str, spec: dict[str, object], run_id: str) -> int:
     provisioner = make_provisioner(backend, **spec)
     destroyed = 0
     for env in await provisioner.list_owned(run_id):
-        if process_alive(env.data.get("owner_pid"), env.data.get("owner_started")):
+        if owner_alive(env.data):
             continue
         try:
             await provisioner.destroy(env)

@@ -63,7 +63,10 @@ def endpoint_app(gateway: McpGateway, env_id: str, port: int, call_timeout_s: fl
 async def serve_endpoint(
     gateway: McpGateway, env_id: str, port: int, call_timeout_s: float, *, task_status: Any
 ) -> None:
-    """Serve until cancelled; reports the URL through ``task_status`` once it accepts connections."""
+    """Serve until cancelled (``port`` 0: any free one); reports the URL through ``task_status``
+    once it accepts connections. The socket is bound before the URL exists: no port race."""
+    import socket
+
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -71,26 +74,31 @@ async def serve_endpoint(
         def capture_signals(self) -> Iterator[None]:  # Ctrl-C belongs to the run, not to us
             yield
 
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    port = sock.getsockname()[1]
     app = endpoint_app(gateway, env_id, port, call_timeout_s)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
-    )
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     server = _Server(config)
 
     async def run() -> None:
         with anyio.CancelScope(shield=True):  # stopped by should_exit, so that it shuts down cleanly
-            await server.serve()
+            await server.serve(sockets=[sock])
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        try:
-            with anyio.fail_after(STARTUP_TIMEOUT_S):
-                while not server.started:  # noqa: ASYNC110 -- uvicorn offers no event to wait on
-                    await anyio.sleep(0.02)
-            task_status.started(f"http://127.0.0.1:{port}/mcp")
-            await anyio.sleep_forever()
-        finally:
-            server.should_exit = True
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            try:
+                with anyio.fail_after(STARTUP_TIMEOUT_S):
+                    while not server.started:  # noqa: ASYNC110 -- uvicorn offers no event to wait on
+                        await anyio.sleep(0.02)
+                task_status.started(f"http://127.0.0.1:{port}/mcp")
+                await anyio.sleep_forever()
+            finally:
+                server.should_exit = True
+    finally:
+        sock.close()
 
 
 def _snake(annotations: dict[str, Any]) -> dict[str, Any]:

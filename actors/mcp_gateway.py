@@ -82,7 +82,7 @@ from actors.provisioners.base import EnvInfo, Provisioner, ServerLaunch, make_pr
 from actors.provisioners.local import kill_group
 from actors.tool_router import ROUTE_TOOL, ToolRouter, route_observation, visible_tools
 from policies.types import ToolResult, ToolSpec
-from specs.servers import free_port
+from specs.servers import PORT_PLACEHOLDER, free_port
 
 logger = logging.getLogger(__name__)
 
@@ -279,8 +279,10 @@ class McpGateway:
                 **extra,
             )
 
-        if name == ROUTE_TOOL.name and state.router is not None:
+        if name == ROUTE_TOOL.name and state.router is not None:  # the gateway's own, read-only tool
+            spec = ROUTE_TOOL
             return result(route_observation(state.router, arguments))
+
         if spec is None:
             return result(
                 f"Unknown tool {name!r}. Available tools: {', '.join(state.tools) or '(none)'}.",
@@ -442,9 +444,11 @@ class McpGateway:
             async with stdio_client(params, errlog=cast(TextIO, srv.stderr)) as (read, write):
                 yield read, write
             return
-        assert launch.url is not None  # sse: a listener started here (local backend only)
+        assert launch.url is not None  # sse: a listener started here (local backend only), on its own port
+        port = str(free_port())
+        url = launch.url.replace(PORT_PLACEHOLDER, port)
         process = await anyio.open_process(
-            [launch.command, *launch.args],
+            [launch.command, *(a.replace(PORT_PLACEHOLDER, port) for a in launch.args)],
             cwd=launch.cwd,
             env=get_default_environment() | dict(launch.env),
             stdin=subprocess.DEVNULL,
@@ -453,8 +457,8 @@ class McpGateway:
             start_new_session=True,
         )
         try:
-            await _wait_listening(launch.url, process, self.start_timeout_s)
-            async with sse_client(launch.url) as (read, write):
+            await _wait_listening(url, process, self.start_timeout_s)
+            async with sse_client(url) as (read, write):
                 yield read, write
         finally:
             with anyio.CancelScope(shield=True):

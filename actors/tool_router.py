@@ -7,11 +7,13 @@ This module is the pure part of both (no MCP, no Ray):
 - ``ToolRouter(tools)`` indexes the tools the gateway pinned for an episode: server name, tool name
   split into words (``_``, ``-``, camelCase), description, and parameter names and descriptions.
   Tokenisation is deterministic: lowercase words, a small stopword list, plural ``s`` stripped.
-- ``ROUTE_TOOL`` is the built-in ``route`` tool; the agent loop lists it next to (or instead of) the
+- ``ROUTE_TOOL`` is the built-in ``route`` tool; the gateway lists it next to (or instead of) the
   server tools and answers a call to it with ``route_observation(router, arguments)`` itself, with
-  no gateway round trip. It never raises: bad arguments come back as a message for the model.
-- ``visible_tools(router, query, k)`` is the "top-k tools per step" option: the tools to list in
-  the system prompt for a query (the task instruction, or the latest user/tool message).
+  no MCP server involved: ``name(args?): description`` lines. It never raises: bad arguments come
+  back as a message for the model.
+- ``visible_tools(router, query, k)`` is the "top-k tools" option: the tools to list in the system
+  prompt for a query. The gateway computes it once per episode, for the task instruction (a
+  re-retrieval every turn would rewrite the prompt mid-episode).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ ROUTE_TOOL = ToolSpec(
     description=(
         "Find tools by what you want to do. Give a short query (e.g. 'multiply two numbers' or "
         "'list recent git commits'); returns the best-matching tools, best first, one per line as "
-        "'<tool name>: <description>'. Then call the tool you need by its name."
+        "'<tool name>(<arguments>): <description>'. Then call the tool you need by its name."
     ),
     parameters={
         "type": "object",

@@ -62,8 +62,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from policies.types import Trajectory
+from policies.types import ToolCallRecord, Trajectory
 
+BUILTIN_SERVER = "mcprl"
+"""The server name of the gateway's built-in tools (``route``), which no MCP server runs."""
 MALFORMED = frozenset({"parse_error", "unknown_tool", "bad_arguments"})
 OVERALL = "all"
 """The key of the row over every episode in ``metrics_with_stderr``."""
@@ -92,6 +94,11 @@ def turn_input_tokens(t: Trajectory) -> list[int]:
     return out
 
 
+def _adopted(call: ToolCallRecord) -> bool:
+    """A call that ran an MCP server's tool successfully (the gateway's own ``route`` does not count)."""
+    return call.ok and call.server != BUILTIN_SERVER
+
+
 def _first_turn_valid(t: Trajectory) -> bool:
     first = [c for c in t.tool_calls if c.turn == 1]
     return bool(first) and first[0].error_kind not in MALFORMED
@@ -105,7 +112,7 @@ PER_EPISODE: dict[str, Callable[[Trajectory], float]] = {
     "success": lambda t: 1.0 if (t.reward or 0.0) >= 1.0 else 0.0,
     "reward": lambda t: float(t.reward or 0.0),
     "tool_calls": lambda t: float(len(t.tool_calls)),
-    "tool_adoption": lambda t: 1.0 if any(c.ok for c in t.tool_calls) else 0.0,
+    "tool_adoption": lambda t: 1.0 if any(_adopted(c) for c in t.tool_calls) else 0.0,
     "valid_call": lambda t: 1.0 if _first_turn_valid(t) else 0.0,
     "turns": lambda t: float(t.num_turns),
     "gen_tokens": lambda t: float(t.num_generated_tokens),
@@ -169,7 +176,7 @@ def _with_stderr(scored: Sequence[Trajectory]) -> dict[str, tuple[float, float]]
         [float(sum(t.num_turns for t in group)) for group in tasks],
     )
     out["task_adoption"] = mean_and_stderr(
-        1.0 if any(c.ok for t in group for c in t.tool_calls) else 0.0 for group in tasks
+        1.0 if any(_adopted(c) for t in group for c in t.tool_calls) else 0.0 for group in tasks
     )
     return out
 

@@ -6,9 +6,11 @@ preceded by a reasoning span ``t_i``. Token-masked attribution (§3.3.2, eq. 10)
 masks over the generated tokens: ``m^R`` selects the reasoning spans, ``m^T`` the action tokens
 (calls, JSON arguments, final-answer tokens). Two formats are read:
 
-- ``think``: the turn opens with ``<think> ... </think>`` (Qwen3, DeepSeek-R1 and our system
-  prompt's convention); the span includes both tags. A turn whose ``<think>`` is never closed (cut
-  by the token limit) is reasoning to its end. Text before ``<think>`` or after ``</think>`` is action.
+- ``think``: the turn opens with ``<think> ... </think>`` (Qwen3 and our system prompt's
+  convention); the span includes both tags. A turn whose ``<think>`` is never closed (cut by the
+  token limit) is reasoning to its end. Where the chat template already opened ``<think>`` in the
+  prompt (DeepSeek-R1 style), the turn's text up to its lone ``</think>`` is the reasoning. Text
+  outside the span is action.
 - ``harmony`` (gpt-oss, OpenAI Harmony): every message on the ``analysis`` channel is reasoning,
   from its ``<|channel|>`` header to its ``<|end|>``; ``commentary`` (tool calls, preambles) and
   ``final`` messages are action.
@@ -40,8 +42,9 @@ def reasoning_spans(text: str, fmt: ReasoningFormat) -> list[tuple[int, int]]:
         return []
     if fmt == "think":
         start = text.find(THINK_OPEN)
-        if start == -1:
-            return []
+        if start == -1:  # the template opened <think> in the prompt (R1 style): up to a lone </think>
+            close = text.find(THINK_CLOSE)
+            return [(0, close + len(THINK_CLOSE))] if close != -1 else []
         close = text.find(THINK_CLOSE, start + len(THINK_OPEN))
         return [(start, len(text) if close == -1 else close + len(THINK_CLOSE))]
     if fmt == "harmony":

@@ -219,7 +219,8 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     clip_low: float = 0.2
     """PPO ratio clip below 1 (ratio >= 1 - clip_low)."""
     clip_high: float = 0.2
-    """PPO ratio clip above 1 (ratio <= 1 + clip_high); DAPO's clip-higher uses 0.28."""
+    """PPO ratio clip above 1 (ratio <= 1 + clip_high). Not part of the ``type`` presets: DAPO's
+    paper raises it to 0.28 ("clip-higher"); set it explicitly."""
     kl_coef: float = 0.0
     """Weight of the KL penalty; 0 disables it (and the reference model)."""
     kl_estimator: Literal["k1", "k3"] = "k3"

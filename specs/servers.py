@@ -100,8 +100,9 @@ class ServerRegistry:
         """How to reach ``name``, templates filled from ``environ`` (default: os.environ).
 
         The transport is the entry's ``stdio`` command when it has one, else its ``http_url``
-        (streamable HTTP, with ``headers``), else its ``sse`` command (started on a free port
-        that fills ``{{PORT}}``, reached at ``http://127.0.0.1:<port>/sse``)."""
+        (streamable HTTP, with ``headers``), else its ``sse`` command (``{{PORT}}`` is left for the
+        gateway, which starts one server per environment on a free port and reaches it at
+        ``http://127.0.0.1:<port>/sse``)."""
         entry = self.entry(name)
         where = f"server {name!r}"
         source = dict(os.environ if environ is None else environ)
@@ -121,12 +122,11 @@ class ServerRegistry:
         transport: Literal["stdio", "sse"] = "stdio" if entry.stdio is not None else "sse"
         assert spec is not None  # parsing demands one transport
         url: str | None = None
-        if transport == "sse":
-            port = free_port()
-            fill.public["PORT"] = str(port)
-            url = f"http://127.0.0.1:{port}/sse"
-        command = fill(spec.command, f"{where}.{transport}.command")
-        args = tuple(fill(a, f"{where}.{transport}.args[{i}]") for i, a in enumerate(spec.args))
+        if transport == "sse":  # a port per environment: the gateway fills it when it starts one
+            fill.public["PORT"] = PORT_PLACEHOLDER
+            url = f"http://127.0.0.1:{PORT_PLACEHOLDER}/sse"
+        command = fill(spec.command, f"{where}.{transport}.command", secret=False)
+        args = tuple(fill(a, f"{where}.{transport}.args[{i}]", secret=False) for i, a in enumerate(spec.args))
         if command in _PYTHON_NAMES:
             command = sys.executable
         elif "/" in command and not os.path.isabs(command):
@@ -144,6 +144,10 @@ class ServerRegistry:
         )
 
 
+PORT_PLACEHOLDER = "{{PORT}}"
+"""Left in an ``sse`` server's command and URL; the gateway puts a free port there per environment."""
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:
@@ -153,7 +157,8 @@ def free_port() -> int:
 
 class _Filler:
     """Fills ``{{VAR}}`` from a mapping; a missing or empty variable is a ``SpecError`` naming it.
-    Remembers the values it filled (``secrets()``), except those of ``public`` variables."""
+    Remembers the values it filled into ``env``, ``headers`` and URLs (``secrets()``: the gateway
+    redacts them); values on a command line and ``public`` variables are not secrets."""
 
     def __init__(self, environ: Mapping[str, str], file: str, server: str) -> None:
         self._environ = environ
@@ -162,7 +167,10 @@ class _Filler:
         self.public: dict[str, str] = {}
         self._filled: set[str] = set()
 
-    def __call__(self, text: str, where: str) -> str:
+    def __call__(self, text: str, where: str, *, secret: bool = True) -> str:
+        """``secret=False`` for a command line: it is visible to every local user (``ps``) anyway,
+        and redacting a path or a flag from observations would only corrupt them."""
+
         def sub(match: re.Match[str]) -> str:
             var = match.group(1)
             if var in self.public:
@@ -174,7 +182,8 @@ class _Filler:
                     where,
                     f"environment variable {var} is not set (needed by MCP server {self._server!r})",
                 )
-            self._filled.add(value)
+            if secret:
+                self._filled.add(value)
             return value
 
         return _TEMPLATE.sub(sub, text)

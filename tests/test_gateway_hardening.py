@@ -227,7 +227,7 @@ async def test_the_route_tool_and_top_k_tools_per_episode(tmp_path: Path) -> Non
         assert tools[0].name == "route" and len(tools) > 10
         found = await gateway.call(env.env_id, "route", {"query": "count the words of a text", "k": 3}, 10)
         assert found.text.splitlines()[0].startswith("edge__measure(text)")
-        assert not found.is_error and found.read_only is None  # served by the gateway itself
+        assert not found.is_error and (found.server, found.read_only) == ("mcprl", True)  # the gateway's own
     query = "return the text unchanged"
     async with opened(tmp_path, edge_server(), top_k=2, query=query) as (gateway, env, tools):
         shown = [t.name for t in tools]

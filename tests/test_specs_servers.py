@@ -93,15 +93,14 @@ def test_a_server_without_stdio_is_reached_over_http_with_its_templates_filled_a
     assert "t0ken-value" not in repr(launch)
 
 
-def test_an_sse_only_server_gets_a_free_port_that_is_not_a_secret(tmp_path: Path) -> None:
+def test_an_sse_only_server_leaves_its_port_to_the_gateway_and_it_is_not_a_secret(tmp_path: Path) -> None:
     path = tmp_path / "servers.json"
     path.write_text(
         json.dumps({"s": {"sse": {"command": "python3", "args": ["-m", "srv", "--port", "{{PORT}}"]}}})
     )
     launch = load_server_registry(path).launch("s", environ={})
-    port = launch.args[-1]
-    assert launch.transport == "sse" and launch.url == f"http://127.0.0.1:{port}/sse"
-    assert port.isdigit() and launch.secrets == ()
+    assert launch.transport == "sse" and launch.args[-1] == "{{PORT}}"
+    assert launch.url == "http://127.0.0.1:{{PORT}}/sse" and launch.secrets == ()
 
 
 def test_malformed_entries_are_all_reported(tmp_path: Path) -> None:

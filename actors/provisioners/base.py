@@ -32,7 +32,8 @@ class ServerLaunch(msgspec.Struct, frozen=True, kw_only=True):
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     """HTTP headers for ``url`` (tokens filled from templates)."""
     secrets: tuple[str, ...] = ()
-    """Every value filled from a ``{{VAR}}`` template: the gateway redacts them from observations."""
+    """Every value filled from a ``{{VAR}}`` template into ``env``, ``headers`` or the URL: the
+    gateway redacts them from observations and logs (command-line values are public anyway)."""
 
     def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
         where = (
