@@ -66,7 +66,9 @@ def spawn(backend: str, spec: dict[str, object], run_id: str) -> subprocess.Pope
     ]
     root = str(Path(__file__).resolve().parents[1])
     environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    with log.open("ab") as out:
+    # O_NOFOLLOW: a predictable name in a shared /tmp must not be a planted symlink.
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "ab") as out:
         return subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=environ, start_new_session=True
         )

@@ -14,7 +14,7 @@ import pytest
 
 from actors.errors import EnvError
 from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo
-from actors.provisioners.docker import DockerProvisioner, _client
+from actors.provisioners.docker import DockerProvisioner, engine_client
 from tests.backends import docker_engine, host_python_binds, run_id, unavailable
 
 pytestmark = pytest.mark.anyio
@@ -79,14 +79,14 @@ async def test_a_task_image_is_built_once_per_content_and_build_args(
         assert provisioner.builds == before + 2
         for built in (config, other):  # unique per test run: do not let them pile up in the engine
             tag, _ = await provisioner.ensure_image(built)
-            await anyio.to_thread.run_sync(lambda t=tag: _client(provisioner.base_url).images.remove(t))
+            await anyio.to_thread.run_sync(lambda t=tag: engine_client(provisioner.base_url).images.remove(t))
 
 
 async def test_every_container_is_confined(provisioner: DockerProvisioner) -> None:
     with anyio.fail_after(60):
         async with container(provisioner, EnvConfig(cpus=0.5)) as env:
             attrs = await anyio.to_thread.run_sync(
-                lambda: _client(provisioner.base_url).containers.get(env.data["container"]).attrs
+                lambda: engine_client(provisioner.base_url).containers.get(env.data["container"]).attrs
             )
             host = attrs["HostConfig"]
             assert host["Memory"] == 256 * 1024 * 1024 and host["PidsLimit"] == 64

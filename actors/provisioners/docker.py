@@ -41,24 +41,22 @@ import io
 import json
 import logging
 import os
-import socket
 import sys
 import tarfile
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
-import psutil
 
 from actors.errors import EnvError
 from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.bwrap import ETC_FILES, SANDBOX_PATH, install_roots, outermost
-from actors.provisioners.local import ENV_MARKER, TIMEOUT_RETURNCODE, kill_all, owner
+from actors.provisioners.docker_exec import engine_client, env_url, exec_blocking, short
+from actors.provisioners.local import owner
 
 logger = logging.getLogger(__name__)
 
@@ -135,33 +133,33 @@ class DockerProvisioner:
         options = self._run_options(config, info, hostroot)
         try:
             await anyio.to_thread.run_sync(
-                functools.partial(_client(self.base_url).containers.run, **options)
+                functools.partial(engine_client(self.base_url).containers.run, **options)
             )
         except Exception as e:
             with anyio.CancelScope(shield=True):
                 await self.destroy(info)  # a container that was created but did not start
-            raise EnvError(f"docker env {env_id}: cannot start a container of {image}: {_short(e)}") from e
+            raise EnvError(f"docker env {env_id}: cannot start a container of {image}: {short(e)}") from e
         return info
 
     async def reset(self, env: EnvInfo) -> None:
         """Restart: every process of the container dies, ``/workspace`` and ``/tmp`` come back empty."""
 
         def restart() -> None:
-            container = _client(_url(env)).containers.get(env.data["container"])
+            container = engine_client(env_url(env)).containers.get(env.data["container"])
             container.restart(timeout=0)
             _wait_running(container)
 
         try:
             await anyio.to_thread.run_sync(restart)
         except Exception as e:
-            raise EnvError(f"docker env {env.env_id}: reset (restart) failed: {_short(e)}") from e
+            raise EnvError(f"docker env {env.env_id}: reset (restart) failed: {short(e)}") from e
 
     async def health_check(self, env: EnvInfo) -> bool:
         """The container runs and an exec in it succeeds."""
         try:
             result = await self.exec(env, ["true"], timeout_s=10.0)
         except Exception as e:
-            logger.warning("health check of docker env %s failed: %s", env.env_id, _short(e))
+            logger.warning("health check of docker env %s failed: %s", env.env_id, short(e))
             return False
         return result.returncode == 0
 
@@ -170,7 +168,7 @@ class DockerProvisioner:
             import docker.errors
 
             try:
-                _client(_url(env)).api.remove_container(env.data["container"], force=True, v=True)
+                engine_client(env_url(env)).api.remove_container(env.data["container"], force=True, v=True)
             except docker.errors.NotFound:
                 pass  # idempotent
 
@@ -180,7 +178,7 @@ class DockerProvisioner:
         labels = [f"{LABEL_BACKEND}={self.name}"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])
 
         def listed() -> list[dict[str, Any]]:
-            return list(_client(self.base_url).api.containers(all=True, filters={"label": labels}))
+            return list(engine_client(self.base_url).api.containers(all=True, filters={"label": labels}))
 
         found: list[EnvInfo] = []
         for container in await anyio.to_thread.run_sync(listed):
@@ -200,13 +198,13 @@ class DockerProvisioner:
             raise EnvError(f"docker env {env.env_id}: exec needs a command, got an empty argv")
         try:
             return await anyio.to_thread.run_sync(
-                functools.partial(_exec_blocking, env, argv, stdin=stdin, timeout_s=timeout_s),
+                functools.partial(exec_blocking, env, argv, stdin=stdin, timeout_s=timeout_s),
                 abandon_on_cancel=True,  # the blocking pump ends at its own deadline
             )
         except EnvError:
             raise
         except Exception as e:
-            raise EnvError(f"docker env {env.env_id}: exec of {argv[0]!r} failed: {_short(e)}") from e
+            raise EnvError(f"docker env {env.env_id}: exec of {argv[0]!r} failed: {short(e)}") from e
 
     def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
         """The bridge ``actors/provisioners/docker_attach.py`` (on the host): an attached exec of the
@@ -223,7 +221,7 @@ class DockerProvisioner:
             env.env_id,
             "--workdir",
             cwd,
-            *(["--url", _url(env)] if _url(env) else []),
+            *(["--url", env_url(env)] if env_url(env) else []),
             *(["--pass-env", ",".join(sorted(server.env))] if server.env else []),
             "--",
             server.command,
@@ -241,7 +239,7 @@ class DockerProvisioner:
 
     async def ensure_image(self, config: EnvConfig) -> tuple[str, bool]:
         """The image tag for ``config`` (built if the engine lacks it) and whether it is host-root."""
-        client = _client(self.base_url)
+        client = engine_client(self.base_url)
         if config.image:
             image = await self._local_or_pulled(config.image)
             return config.image, HOSTROOT_LABEL in (image.labels or {})
@@ -256,7 +254,7 @@ class DockerProvisioner:
     async def _local_or_pulled(self, name: str) -> Any:
         import docker.errors
 
-        client = _client(self.base_url)
+        client = engine_client(self.base_url)
         try:
             return await anyio.to_thread.run_sync(client.images.get, name)
         except docker.errors.ImageNotFound:
@@ -267,14 +265,14 @@ class DockerProvisioner:
             except Exception as e:
                 raise EnvError(
                     f"docker backend: image {name!r} is not in the engine and could not be pulled "
-                    f"({_short(e)}); build or load it there first"
+                    f"({short(e)}); build or load it there first"
                 ) from e
 
     async def _ensure_hostroot(self) -> str:
         """The host-root image, also tagged ``mcprl/hostroot:latest`` for ``FROM`` lines."""
         if self._hostroot is None:
             tag = await self._build_once(HOSTROOT_REPO, _hostroot_context())
-            client = _client(self.base_url)
+            client = engine_client(self.base_url)
             await anyio.to_thread.run_sync(lambda: client.images.get(tag).tag(HOSTROOT_REPO, "latest"))
             self._hostroot = tag
         return self._hostroot
@@ -284,7 +282,7 @@ class DockerProvisioner:
         import docker.errors
 
         tag = _tag(repo, context, build_args)
-        client = _client(self.base_url)
+        client = engine_client(self.base_url)
         async with self._build_locks.setdefault(tag, anyio.Lock()):
             try:
                 await anyio.to_thread.run_sync(client.images.get, tag)
@@ -318,7 +316,12 @@ class DockerProvisioner:
         cpus = config.cpus or self.cpus
         binds = list(self.ro_binds)
         if hostroot:
-            binds += ["/usr", *(p for p in ETC_FILES if os.path.exists(p))]
+            # /bin, /lib... are symlinks into /usr in the image; where the host has them as real
+            # directories (no merged /usr), they are bound too.
+            real_tops = [
+                t for t in ("/bin", "/sbin", "/lib", "/lib64") if os.path.isdir(t) and not os.path.islink(t)
+            ]
+            binds += ["/usr", *real_tops, *(p for p in ETC_FILES if os.path.exists(p))]
             for server in config.servers:
                 binds += [str(p) for p in install_roots(server.command, WORKDIR)]
         kept = outermost([Path(b) for b in binds])
@@ -357,153 +360,6 @@ class DockerProvisioner:
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
         }
-
-
-# -- engine access (shared by the provisioner and the stdio bridge) -----------------------------
-
-
-@functools.cache
-def _client(base_url: str | None) -> Any:
-    """One SDK client per engine URL and process (the SDK's client is thread-safe)."""
-    import docker
-
-    try:
-        return docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
-    except docker.errors.DockerException as e:
-        raise EnvError(
-            f"docker backend: no Docker API engine at {base_url or '$DOCKER_HOST/default socket'} "
-            f"({_short(e)}); start Docker, or Podman's service: "
-            "`podman system service --time=0 unix:///run/mcprl/podman.sock` and "
-            "DOCKER_HOST=unix:///run/mcprl/podman.sock"
-        ) from e
-
-
-def _url(env: EnvInfo) -> str | None:
-    url = env.data.get("docker_url")
-    return url if isinstance(url, str) else None
-
-
-def open_exec(
-    env_id: str,
-    url: str | None,
-    container: str,
-    argv: list[str],
-    environ: dict[str, str],
-    workdir: str,
-    stdin: bool,
-) -> tuple[str, socket.socket]:
-    """Start ``argv`` in the container as an attached exec carrying the env marker; its id and socket."""
-    api = _client(url).api
-    created = api.exec_create(
-        container,
-        argv,
-        stdin=stdin,
-        stdout=True,
-        stderr=True,
-        environment=environ | {ENV_MARKER: env_id},
-        workdir=workdir,
-    )
-    attached = api.exec_start(created["Id"], socket=True)
-    raw = getattr(attached, "_sock", attached)  # the SDK wraps the socket in a SocketIO
-    return created["Id"], raw
-
-
-def frames(sock: socket.socket) -> Iterator[tuple[int, bytes]]:
-    """The exec's output as (stream, payload): 1 stdout, 2 stderr (the API's multiplexed format)."""
-    buffered = sock.makefile("rb", buffering=0)
-    while True:
-        header = _read_exactly(buffered, 8)
-        if header is None:
-            return
-        size = int.from_bytes(header[4:8], "big")
-        payload = _read_exactly(buffered, size) if size else b""
-        if payload is None:
-            return
-        yield header[0], payload
-
-
-def _read_exactly(stream: Any, n: int) -> bytes | None:
-    data = bytearray()
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            return None
-        data.extend(chunk)
-    return bytes(data)
-
-
-def exit_code(url: str | None, exec_id: str) -> int:
-    """The exec's exit code, once the engine has recorded it (briefly after the stream ends)."""
-    api = _client(url).api
-    deadline = time.monotonic() + 5.0
-    while True:
-        inspected = api.exec_inspect(exec_id)
-        if not inspected.get("Running") and inspected.get("ExitCode") is not None:
-            return int(inspected["ExitCode"])
-        if time.monotonic() > deadline:
-            return -1
-        time.sleep(0.01)
-
-
-def kill_exec(url: str | None, exec_id: str, env_id: str) -> bool:
-    """SIGKILL an exec's process tree through its host pid, if that pid is on this host and
-    carries the environment's marker (pids get reused); whether it did."""
-    try:
-        pid = int(_client(url).api.exec_inspect(exec_id).get("Pid") or 0)
-        root = psutil.Process(pid) if pid > 0 else None
-        if root is None or root.environ().get(ENV_MARKER) != env_id:
-            return False
-        victims = [root, *root.children(recursive=True)]
-    except (psutil.Error, OSError, ValueError):
-        return False
-    except Exception as e:  # the engine: nothing more to do here than say so
-        logger.warning("cannot inspect exec %s of env %s: %s", exec_id[:12], env_id, _short(e))
-        return False
-    kill_all(victims)
-    return True
-
-
-def _exec_blocking(env: EnvInfo, argv: list[str], *, stdin: bytes | None, timeout_s: float) -> ExecResult:
-    url, deadline = _url(env), time.monotonic() + timeout_s
-    exec_id, sock = open_exec(
-        env.env_id, url, env.data["container"], argv, {}, env.workdir, stdin=stdin is not None
-    )
-    out = {1: bytearray(), 2: bytearray()}
-    timed_out = threading.Event()
-    try:
-        if stdin is not None:
-            threading.Thread(target=_feed, args=(sock, stdin), daemon=True).start()
-        sock.settimeout(max(timeout_s, 0.001))
-        try:
-            for stream, payload in frames(sock):
-                out.setdefault(stream, bytearray()).extend(payload)
-                if time.monotonic() > deadline:
-                    raise TimeoutError
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        except TimeoutError:
-            timed_out.set()
-    finally:
-        if timed_out.is_set() and not kill_exec(url, exec_id, env.env_id):
-            logger.warning(
-                "docker env %s: %r passed its deadline and could not be killed from this host; it "
-                "lives until the environment's reset or destroy",
-                env.env_id,
-                argv[0],
-            )
-        sock.close()
-    stdout, stderr = out[1].decode(errors="replace"), out[2].decode(errors="replace")
-    if timed_out.is_set():
-        note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
-        return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
-    return ExecResult(returncode=exit_code(url, exec_id), stdout=stdout, stderr=stderr)
-
-
-def _feed(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)  # EOF on the command's stdin
-    except OSError:
-        pass  # the command exited without reading all of its input: its exit code tells
 
 
 def _wait_running(container: Any) -> None:
@@ -584,8 +440,3 @@ def _add(
 def _project_root() -> str:
     """Where ``actors`` is importable from, for the bridge (started with the server's environment)."""
     return str(Path(__file__).resolve().parents[2])
-
-
-def _short(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"

@@ -21,7 +21,7 @@ import sys
 import threading
 from typing import Any, cast
 
-from actors.provisioners.docker import exit_code, frames, kill_exec, open_exec
+from actors.provisioners.docker_exec import exit_code, frames, kill_exec, open_exec
 
 
 def main(argv: list[str] | None = None) -> int:

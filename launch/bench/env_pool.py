@@ -153,18 +153,18 @@ def env_processes(env: EnvInfo) -> list[psutil.Process]:
 def container_info(env: EnvInfo) -> dict[str, Any]:
     if env.backend != "docker":
         return {}
-    from actors.provisioners.docker import _client
+    from actors.provisioners.docker import engine_client
 
-    return _client(env.data.get("docker_url")).api.inspect_container(env.data["container"])
+    return engine_client(env.data.get("docker_url")).api.inspect_container(env.data["container"])
 
 
 def container_memory_mib(env: EnvInfo) -> float | None:
     """The container's cgroup memory use from the engine's stats API; None when not reported."""
     if env.backend != "docker":
         return None
-    from actors.provisioners.docker import _client
+    from actors.provisioners.docker import engine_client
 
-    stats = _client(env.data.get("docker_url")).api.stats(env.data["container"], stream=False)
+    stats = engine_client(env.data.get("docker_url")).api.stats(env.data["container"], stream=False)
     usage = (stats.get("memory_stats") or {}).get("usage")
     return usage / 2**20 if usage else None
 
