@@ -212,10 +212,16 @@ async def test_a_remote_server_over_streamable_http_with_templated_headers(
 async def test_a_legacy_sse_server_is_started_on_its_port_and_stopped_with_the_env(tmp_path: Path) -> None:
     entry = {"sse": {"command": "python", "args": [str(EDGE_SERVER), "--sse", "{{PORT}}"]}}
     legacy = load_server_registry(registry(tmp_path, {"legacy": entry})).launch("legacy", {})
-    async with opened(tmp_path, legacy) as (gateway, env, _):
+    async with (
+        opened(tmp_path, legacy) as (gateway, env, _),
+        opened(tmp_path / "b", legacy) as (other, env_b, _),
+    ):
         assert (await gateway.call(env.env_id, "legacy__echo", {"text": "over sse"}, 10)).text == "over sse"
-        assert marked(env.env_id)
-    assert marked(env.env_id) == []  # the listener went with the environment
+        first, second = marked(env.env_id), marked(env_b.env_id)
+        assert first and second  # one listener per environment, each on its own port
+        await gateway.call(env.env_id, "legacy__write_file", {"name": "mine.txt", "text": "a"}, 10)
+        assert (Path(env.workdir) / "mine.txt").exists() and not (Path(env_b.workdir) / "mine.txt").exists()
+    assert marked(env.env_id) == [] and marked(env_b.env_id) == []  # the listeners went with their envs
     sandboxed = EnvInfo(env_id="x", run_id="r", backend="bwrap", key="k", workdir="/tmp", created_at=0.0)
     async with McpGateway.running() as gateway:
         with pytest.raises(GatewayError, match="only on the local backend"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 
 from policies.metrics import (
@@ -230,3 +231,11 @@ def test_a_ratio_over_clusters_of_one_is_the_plain_mean() -> None:
         ratio_and_stderr([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="no clusters"):
         ratio_and_stderr([], [])
+
+
+def test_the_gateways_own_route_tool_is_no_tool_adoption() -> None:
+    route = msgspec.structs.replace(call(1), name="route", server="mcprl", read_only=True)
+    routed_only = episode("t", 0.0, calls=(route,))
+    real = episode("u", 1.0, calls=(route, msgspec.structs.replace(call(2), server="calculator")))
+    metrics = episode_metrics([routed_only, real])
+    assert metrics["tool_adoption"] == 0.5 and metrics["task_adoption"] == 0.5
