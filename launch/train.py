@@ -25,7 +25,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,19 +59,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class TaskStream:
-    """Training tasks in a seeded order, reshuffled each pass; ``position`` counts tasks drawn."""
+    """Training tasks in a seeded order, reshuffled each pass; ``position`` counts tasks drawn.
+    ``keep`` (gradient-band curation) skips tasks it refuses, in the same order."""
 
     def __init__(self, tasks: Sequence[Any], seed: int) -> None:
         self.tasks, self._seed, self.position = list(tasks), seed, 0
 
-    def take(self, n: int) -> list[Any]:
-        out = []
-        for _ in range(n):
+    def take(self, n: int, keep: Callable[[Any], bool] | None = None) -> list[Any]:
+        out: list[Any] = []
+        skipped = 0
+        while len(out) < n:
             epoch, index = divmod(self.position, len(self.tasks))
             order = list(range(len(self.tasks)))
             random.Random(self._seed * 1_000_003 + epoch).shuffle(order)
-            out.append(self.tasks[order[index]])
+            task = self.tasks[order[index]]
             self.position += 1
+            if keep is None or keep(task):
+                out.append(task)
+                skipped = 0
+            elif (skipped := skipped + 1) >= len(self.tasks):
+                raise RuntimeError("curation left no training task inside its pass-rate band")
         return out
 
 
@@ -88,6 +95,7 @@ async def train(cfg: RunConfig) -> int:
     from policies.metrics import episode_metrics
     from policies.scripted import ScriptedEngine
     from policies.types import SamplingConfig
+    from rewards.adoption import PassRateCurator
     from rewards.reasoning_reward import ReasoningScorer
     from specs.check import check_task_semantics
     from specs.errors import raise_all
@@ -96,7 +104,7 @@ async def train(cfg: RunConfig) -> int:
     from specs.task import load_tasks
 
     run_id = f"{cfg.run_name}-{uuid.uuid4().hex[:6]}"
-    train_tasks = TaskStream(load_tasks(cfg.domain.tasks), cfg.seed)
+    train_tasks = TaskStream(load_tasks(cfg.domain.tasks)[: cfg.train.curation_pool], cfg.seed)
     eval_tasks = load_tasks(cfg.domain.eval_tasks)[: cfg.train.eval_tasks_limit]
     registry = load_server_registry(cfg.domain.servers)
     # Refuse now, not mid-run: unknown servers, ops or hooks, and unset {{VAR}}s.
@@ -182,13 +190,47 @@ async def train(cfg: RunConfig) -> int:
             await publish_weights(actors)
             results["warmstart"] = await evaluate("warmstart", 0)
 
+        curator = None
+        if cfg.train.curation_samples:
+            curator = PassRateCurator(
+                band=cfg.train.curation_band,
+                samples=cfg.train.curation_samples,
+                reprofile_every=cfg.train.curation_every,
+            )
+
+        async def profile(step: int) -> None:
+            """Gradient-band curation: each task's pass rate over G sampled episodes."""
+            assert curator is not None
+            with reporter.progress("curation profile", len(train_tasks.tasks)) as advance:
+                profiled = await pipeline(lambda task: actors.generator).collect(
+                    train_tasks.tasks, cfg.train.curation_samples, sampling, limits, advance
+                )
+            for group in profiled:
+                outcomes = [
+                    t.reward is not None and t.reward >= 1.0 for t in group.trajectories if t.status == "ok"
+                ]
+                if len(outcomes) == cfg.train.curation_samples:  # a group that lost a member says nothing
+                    curator.update(group.task_id, outcomes)
+            kept = curator.trainable([t.instance_id for t in train_tasks.tasks])
+            reporter.log("curation", step, {"tasks": float(len(train_tasks.tasks)), "kept": float(len(kept))})
+            band = cfg.train.curation_band
+            print(
+                f"curation: {len(kept)} of {len(train_tasks.tasks)} tasks have a pass rate in {band}",
+                flush=True,
+            )
+
+        def curated(task: Any) -> bool:
+            return curator is None or bool(curator.trainable([task.instance_id]))
+
         for step in range(1, cfg.train.steps + 1):
             await actors.pool.sweep()  # past their time-to-live, or left by dead owners
+            if curator is not None and curator.due(step - 1):
+                await profile(step)
             started = time.perf_counter()
             rollout = pipeline(lambda task: actors.generator)
             with reporter.progress(f"step {step} rollout", cfg.rollout.tasks_per_step) as advance:
                 groups = await rollout.collect(
-                    train_tasks.take(cfg.rollout.tasks_per_step),
+                    train_tasks.take(cfg.rollout.tasks_per_step, keep=curated),
                     cfg.rollout.group_size,
                     sampling,
                     limits,

@@ -314,10 +314,29 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Most eval tasks per evaluation."""
     eval_max_turns: int | None = None
     """Turn limit in evaluation; ``None`` means rollout.max_turns."""
+    curation_samples: int = 0
+    """Gradient-band curation (tool-adoption paper, §5.1): sample each training task this many times
+    (G, at rollout.temperature) to profile its pass rate, and train only on tasks whose rate lies
+    strictly inside ``curation_band``; 0: no curation."""
+    curation_band: tuple[float, float] = (0.1, 0.9)
+    """Pass rates kept (open interval)."""
+    curation_every: int | None = None
+    """Re-profile every N steps; ``null``: profile once, before the first step."""
+    curation_pool: int | None = None
+    """Profile and train on only the first N training tasks (profiling costs N x G episodes)."""
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.eval_every < 0 or self.eval_tasks_limit < 1:
             raise ValueError("train: steps and eval_every must be >= 0, eval_tasks_limit >= 1")
+        if self.curation_samples < 0 or (self.curation_pool is not None and self.curation_pool < 1):
+            raise ValueError("train.curation_samples must be >= 0 and train.curation_pool >= 1 (or null)")
+        if self.curation_every is not None and self.curation_every < 1:
+            raise ValueError("train.curation_every must be >= 1, or null to profile once")
+        low, high = self.curation_band
+        if not 0 <= low < high <= 1:
+            raise ValueError(
+                f"train.curation_band must be (low, high) with 0 <= low < high <= 1, got {self.curation_band}"
+            )
 
 
 class WandbConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -82,6 +82,15 @@ def test_task_stream_is_seeded_and_visits_every_task_once_per_pass() -> None:
     assert TaskStream(tasks, seed=4).take(10) != TaskStream(tasks, seed=3).take(10)
 
 
+def test_a_curated_task_stream_skips_refused_tasks_in_the_same_order_and_says_when_none_is_left() -> None:
+    tasks = list(range(10))
+    everything = TaskStream(tasks, seed=3).take(10)
+    even = TaskStream(tasks, seed=3).take(5, keep=lambda t: t % 2 == 0)
+    assert even == [t for t in everything if t % 2 == 0]
+    with pytest.raises(RuntimeError, match="no training task"):
+        TaskStream(tasks, seed=3).take(1, keep=lambda t: False)
+
+
 def test_reporter_prints_a_row_per_phase_and_writes_trajectories(tmp_path: Any, capsys: Any) -> None:
     from launch.report import Reporter
     from specs.config import load_run_config
