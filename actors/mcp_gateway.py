@@ -45,25 +45,20 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import IO, Any, TextIO, cast
-from urllib.parse import urlsplit
+from typing import IO, Any
 
 import anyio
 import anyio.abc
 import msgspec
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
-from mcp.client.sse import sse_client
-from mcp.client.stdio import get_default_environment
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp import ClientSession, types
 
 from actors.errors import GatewayError, InfraError
 from actors.mcp_endpoint import serve_endpoint
+from actors.mcp_transports import connect
 from actors.mcp_wire import (
     CONNECTION_CLOSED,
     DEFAULT_CONTROL_TOKENS,
@@ -79,10 +74,9 @@ from actors.mcp_wire import (
     tool_spec,
 )
 from actors.provisioners.base import EnvInfo, Provisioner, ServerLaunch, make_provisioner
-from actors.provisioners.local import kill_group
 from actors.tool_router import ROUTE_TOOL, ToolRouter, route_observation, visible_tools
 from policies.types import ToolResult, ToolSpec
-from specs.servers import PORT_PLACEHOLDER, free_port
+from specs.servers import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -401,7 +395,10 @@ class McpGateway:
     async def _serve(self, srv: _Server) -> None:
         """The task that owns one server's transport and session, from start to stop."""
         try:
-            async with self._connect(srv) as (read, write), ClientSession(read, write) as session:
+            async with (
+                connect(srv.launch, srv.stderr, self.start_timeout_s) as (read, write),
+                ClientSession(read, write) as session,
+            ):
                 with anyio.fail_after(self.start_timeout_s):
                     await session.initialize()
                     srv.tools = await _list_tools(session)
@@ -423,47 +420,6 @@ class McpGateway:
                 srv.status = "closed" if srv.stop.is_set() else "dead"
             srv.ready.set()
             srv.done.set()
-
-    @asynccontextmanager
-    async def _connect(self, srv: _Server) -> AsyncIterator[tuple[Any, Any]]:
-        """The transport streams to one server: stdio (a process in the environment), streamable
-        HTTP (a running server, with its headers) or SSE (a process started here, on its port)."""
-        launch = srv.launch
-        if launch.transport == "http":
-            assert launch.url is not None
-            async with (
-                create_mcp_http_client(headers=dict(launch.headers)) as client,
-                streamable_http_client(launch.url, http_client=client) as (read, write),
-            ):
-                yield read, write
-            return
-        params = StdioServerParameters(
-            command=launch.command, args=list(launch.args), env=dict(launch.env), cwd=launch.cwd
-        )
-        if launch.transport == "stdio":
-            async with stdio_client(params, errlog=cast(TextIO, srv.stderr)) as (read, write):
-                yield read, write
-            return
-        assert launch.url is not None  # sse: a listener started here (local backend only), on its own port
-        port = str(free_port())
-        url = launch.url.replace(PORT_PLACEHOLDER, port)
-        process = await anyio.open_process(
-            [launch.command, *(a.replace(PORT_PLACEHOLDER, port) for a in launch.args)],
-            cwd=launch.cwd,
-            env=get_default_environment() | dict(launch.env),
-            stdin=subprocess.DEVNULL,
-            stdout=srv.stderr,
-            stderr=srv.stderr,
-            start_new_session=True,
-        )
-        try:
-            await _wait_listening(url, process, self.start_timeout_s)
-            async with sse_client(url) as (read, write):
-                yield read, write
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(kill_group, process.pid)
-                await process.aclose()
 
     async def _usable(self, state: _Env, srv: _Server) -> _Server:
         """The server to send to: a server stopped by a deadline is replaced by a fresh process."""
@@ -569,101 +525,3 @@ async def _answers_ping(srv: _Server, within_s: float) -> bool:
         except Exception:
             return False
     return False
-
-
-async def _wait_listening(url: str, process: anyio.abc.Process, timeout_s: float) -> None:
-    """Until something accepts connections at ``url``'s port (bounded); fails if ``process`` exits."""
-    port = urlsplit(url).port
-    with anyio.fail_after(timeout_s):
-        while True:
-            if process.returncode is not None:
-                raise GatewayError(f"the SSE server for {url} exited with code {process.returncode}")
-            try:
-                stream = await anyio.connect_tcp("127.0.0.1", port or 80)
-            except OSError:
-                await anyio.sleep(0.05)
-                continue
-            await stream.aclose()
-            return
-
-
-class McpGatewayActor:
-    """Ray async actor body: the gateway's task group lives in a task on the actor's event loop.
-
-    Ray runs every method of an async actor on one asyncio loop, so a background asyncio task
-    started on first use can own ``McpGateway.running()`` for the actor's lifetime (an anyio task
-    group cannot outlive the method call that opened it). Build it with ``remote_mcp_gateway``.
-    """
-
-    def __init__(self, **gateway_kwargs: Any) -> None:
-        self._kwargs = gateway_kwargs
-        self._gateway: McpGateway | None = None
-        self._started: anyio.Event | None = None
-        self._stop: anyio.Event | None = None
-        self._host: Any = None
-        self._failure: BaseException | None = None
-
-    async def _get(self) -> McpGateway:
-        if self._host is None:  # no await before the task exists: concurrent first calls share it
-            import asyncio  # Ray actors run on asyncio; only the host task is asyncio-specific
-
-            self._started, self._stop = anyio.Event(), anyio.Event()
-            self._host = asyncio.get_running_loop().create_task(self._run_host(self._started, self._stop))
-        assert self._started is not None
-        with anyio.fail_after(30):
-            await self._started.wait()
-        if self._gateway is None:
-            raise GatewayError(f"the gateway's host task has ended: {self._failure!r}") from self._failure
-        return self._gateway
-
-    async def _run_host(self, started: anyio.Event, stop: anyio.Event) -> None:
-        try:
-            async with McpGateway.running(**self._kwargs) as gateway:
-                self._gateway = gateway
-                started.set()
-                await stop.wait()
-        except BaseException as e:  # every caller, waiting or later, sees why instead of timing out
-            self._failure = e
-            raise
-        finally:
-            self._gateway = None
-            started.set()
-
-    async def open(
-        self,
-        env: EnvInfo,
-        servers: list[ServerLaunch],
-        allowed_tools: dict[str, tuple[str, ...] | None] | None = None,
-        **options: Any,
-    ) -> list[ToolSpec]:
-        return await (await self._get()).open(env, servers, allowed_tools, **options)
-
-    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
-        return await (await self._get()).call(env_id, name, arguments, timeout_s)
-
-    async def server_tools(self, env_id: str) -> dict[str, list[dict[str, Any]]]:
-        return await (await self._get()).server_tools(env_id)
-
-    async def serve(self, env_id: str, port: int | None = None, call_timeout_s: float = 60.0) -> str:
-        return await (await self._get()).serve(env_id, port, call_timeout_s)
-
-    async def is_broken(self, env_id: str) -> bool:
-        return await (await self._get()).is_broken(env_id)
-
-    async def close(self, env_id: str) -> None:
-        await (await self._get()).close(env_id)
-
-    async def shutdown(self) -> None:
-        gateway = self._gateway
-        if gateway is not None and self._stop is not None:
-            await gateway.close_all()
-            self._stop.set()
-            with anyio.fail_after(gateway.stop_timeout_s + 5):
-                await self._host
-
-
-def remote_mcp_gateway(ray_options: dict[str, Any] | None = None, **gateway_kwargs: Any) -> Any:
-    """A Ray actor handle running ``McpGateway`` (Ray imported only here)."""
-    from actors.remote import remote_class
-
-    return remote_class(McpGatewayActor, **(ray_options or {})).remote(**gateway_kwargs)

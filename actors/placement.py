@@ -46,7 +46,7 @@ def start_actors(
     from actors.evaluator import Evaluator
     from actors.generator import remote_generator
     from actors.learner import remote_learner
-    from actors.mcp_gateway import remote_mcp_gateway
+    from actors.mcp_gateway_actor import remote_mcp_gateway
     from actors.provisioners.base import make_provisioner
 
     # Colocated means one node: the pool's environments, the gateway's server processes, the

@@ -315,7 +315,7 @@ def test_pool_and_gateway_serve_an_episode_as_ray_actors(tmp_path: Path) -> None
     import ray
 
     from actors.env_pool import remote_env_pool
-    from actors.mcp_gateway import remote_mcp_gateway
+    from actors.mcp_gateway_actor import remote_mcp_gateway
     from specs.task import TaskSpec
 
     task = TaskSpec(instance_id="ray-1", instruction="echo")
