@@ -25,6 +25,7 @@ import anyio
 import msgspec
 
 from actors.provisioners.base import EnvConfig, EnvInfo
+from policies.observations import ObservationRule
 from policies.react import Engine, EpisodeLimits, build_messages, run_episode
 from policies.types import SamplingConfig, Trajectory
 from specs.errors import MCPRLError
@@ -86,9 +87,11 @@ class RolloutPipeline:
         eval_workers: int,
         system_prompt: str | None = None,
         gateway_options: dict[str, Any] | None = None,
+        observation_rule: ObservationRule | None = None,
     ) -> None:
         """``gateway_options``: per-episode options of ``McpGateway.open`` (``budget_s``, ``route``,
-        ``top_k``; the retrieval query is the task's prompt)."""
+        ``top_k``; the retrieval query is the task's prompt); ``observation_rule``: what of past
+        tool observations the agent sees (``policies.observations``; ``None``: all)."""
         self._pool, self._gateway, self._evaluator = pool, gateway, evaluator
         self._gateway_options = dict(gateway_options or {})
         self._env_config_for = env_config_for
@@ -98,6 +101,7 @@ class RolloutPipeline:
         self._run = anyio.CapacityLimiter(run_workers)
         self._evaluate = anyio.CapacityLimiter(eval_workers)
         self._system_prompt = system_prompt
+        self._observation_rule = observation_rule
         self._live = 0
         self.metrics = StageMetrics()
 
@@ -179,6 +183,7 @@ class RolloutPipeline:
                     env_id=env.env_id,
                     sampling=sampling,
                     limits=limits,
+                    observation_rule=self._observation_rule,
                 )
             self.metrics.episodes += 1
             if trajectory.status != "ok":

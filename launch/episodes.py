@@ -7,16 +7,20 @@ gateway options, limits).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from actors.placement import Actors
-from actors.rollout import RolloutPipeline
+from actors.rollout import Group, RolloutPipeline
 from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
+from policies.replay import check_replay
 from policies.thought import THINK_INSTRUCTIONS, reasoning_text
 from policies.tokens import ChatRecorder
 from policies.types import Trajectory
 from specs.config import RunConfig
+
+logger = logging.getLogger(__name__)
 
 
 def episode_system_prompt(cfg: RunConfig) -> str:
@@ -36,6 +40,11 @@ def episode_limits(cfg: RunConfig, max_turns: int | None = None) -> EpisodeLimit
     )
 
 
+def episode_recorder(cfg: RunConfig, tokenizer: Any) -> ChatRecorder:
+    """A fresh recorder for one episode (and for replaying one: ``policies.replay``)."""
+    return ChatRecorder(tokenizer, reasoning_format=cfg.rollout.reasoning_format)
+
+
 def make_pipeline(
     cfg: RunConfig,
     actors: Actors,
@@ -50,12 +59,13 @@ def make_pipeline(
         evaluator=actors.evaluator,
         env_config_for=env_config_for,
         engine_for=engine_for,
-        recorder_factory=lambda: ChatRecorder(tokenizer, reasoning_format=cfg.rollout.reasoning_format),
+        recorder_factory=lambda: episode_recorder(cfg, tokenizer),
         acquire_workers=cfg.rollout.acquire_workers,
         run_workers=cfg.rollout.run_workers,
         eval_workers=cfg.rollout.eval_workers,
         system_prompt=episode_system_prompt(cfg),
         gateway_options=cfg.rollout.gateway_options(),
+        observation_rule=cfg.rollout.observation_rule,
     )
 
 
@@ -74,3 +84,21 @@ def score_reasoning(
         t.reward_details["reasoning"] = score.total
         totals.append(score.total)
     return sum(totals) / len(totals) if totals else 0.0
+
+
+def drop_unreplayable(groups: Sequence[Group], recorder_factory: Callable[[], ChatRecorder]) -> int:
+    """Drop (``dropped = "replay_mismatch"``) each complete group with a trajectory whose logged
+    observation-rule records do not rebuild its tokens exactly (``policies.replay``); returns how
+    many trajectories failed. A rule that is not replayed faithfully trains on contexts the model
+    never saw (paper 002, §5.3)."""
+    failed = 0
+    for group in groups:
+        if group.dropped is not None:
+            continue
+        for t in group.trajectories:
+            problem = check_replay(t, recorder_factory)
+            if problem is not None:
+                logger.warning("%s; group %s dropped", problem, group.group_id)
+                failed += 1
+                group.dropped = "replay_mismatch"
+    return failed

@@ -25,9 +25,11 @@ to ``<run_dir>/eval-<split>-<model>.json`` (``--output`` elsewhere), the episode
 argument, the config, a task file, the model path), said before anything starts; 1 when every
 episode was lost to infrastructure; 130 when interrupted.
 
-``--observation-rule`` (a JSON ``policies.observations.ObservationRule``) is validated and recorded
-in the JSON with ``"applied": false``: the agent loop does not apply observation rules yet, and it
-will be applied once it does. Not here: pass@k, and several models side by side (run it per model).
+``--observation-rule`` (a JSON ``policies.observations.ObservationRule``; default: the config's
+``rollout.observation_rule``) is applied at every step as in training, recorded in the JSON, and each
+episode's logged rule records are replayed against its tokens (``policies.replay``): the count of
+episodes whose log does not rebuild them is reported as ``replay_mismatch`` (expected 0). Not here:
+pass@k, and several models side by side (run it per model).
 """
 
 from __future__ import annotations
@@ -125,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--by", choices=GROUPINGS, default="domain", help="table rows (default: domain)")
     parser.add_argument("--output", help="JSON path (default: <run_dir>/eval-<split>-<model>.json)")
     parser.add_argument(
-        "--observation-rule", type=_observation_rule, help="ObservationRule JSON (recorded, not applied yet)"
+        "--observation-rule",
+        type=_observation_rule,
+        help="ObservationRule JSON (default: rollout.observation_rule)",
     )
     parser.add_argument("overrides", nargs="*", help="config overrides, key.path=value")
     return parser
@@ -221,6 +225,9 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     cfg = load_run_config(args.config, args.overrides)
     model_dir = resolve_model_dir(args.model)
     cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, path=model_dir))
+    if args.observation_rule is not None:
+        rollout = msgspec.structs.replace(cfg.rollout, observation_rule=args.observation_rule)
+        cfg = msgspec.structs.replace(cfg, rollout=rollout)
     task_file = cfg.domain.eval_tasks if args.split == "eval" else cfg.domain.tasks
     tasks = load_tasks(task_file)[: args.limit]
     if not tasks:
@@ -239,7 +246,7 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
         samples=args.samples,
         temperature=args.temperature if args.temperature is not None else cfg.rollout.temperature,
         output=args.output or os.path.join(cfg.run_dir, f"eval-{args.split}-{tag}.json"),
-        observation_rule=args.observation_rule,
+        observation_rule=cfg.rollout.observation_rule,
     )
 
 
@@ -298,7 +305,7 @@ def report(plan: EvalPlan, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, A
         "tasks": len(plan.tasks),
         "domain": plan.cfg.domain.name,
         "max_turns": plan.cfg.eval_max_turns,
-        "observation_rule": None if rule is None else {**msgspec.to_builtins(rule), "applied": False},
+        "observation_rule": None if rule is None else msgspec.to_builtins(rule),
         "runs": {name: {**run, "rows": rows_json(run["rows"])} for name, run in runs.items()},
     }
 
@@ -322,8 +329,9 @@ async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
 
     from actors.placement import start_actors, stop_actors
     from actors.rollout import env_config_resolver
-    from launch.episodes import episode_limits, make_pipeline
+    from launch.episodes import episode_limits, episode_recorder, make_pipeline
     from launch.report import Reporter
+    from policies.replay import check_replay
     from policies.types import SamplingConfig
     from specs.servers import load_server_registry
 
@@ -363,6 +371,14 @@ async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
             )
             rows = metrics_with_stderr(trajectories, plan.domains)
             lost = sum(lost_by_status(trajectories).values())
+            mismatched = 0
+            if cfg.rollout.observation_rule is not None:
+                for t in trajectories:
+                    if t.status == "ok" and (
+                        problem := check_replay(t, lambda: episode_recorder(cfg, tokenizer))
+                    ):
+                        print(f"eval: {problem}", file=sys.stderr)
+                        mismatched += 1
             print(
                 f"\n{name} (temperature {sampling.temperature:g}, {per_task} per task, {lost} lost):",
                 flush=True,
@@ -372,6 +388,7 @@ async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
                 "temperature": sampling.temperature,
                 "episodes_per_task": per_task,
                 "lost": lost_by_status(trajectories),
+                "replay_mismatch": mismatched,
                 "trajectories": path,
                 "rows": rows,
             }
@@ -394,12 +411,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as e:  # the config, the model path or a task file: say where, start nothing
         print(f"eval: bad input: {e}", file=sys.stderr)
         return 2
-    if plan.observation_rule is not None:
-        print(
-            "eval: note: --observation-rule is recorded, not applied: the agent loop does not apply "
-            "observation rules yet",
-            file=sys.stderr,
-        )
     try:
         import anyio
 

@@ -89,7 +89,13 @@ async def train(cfg: RunConfig) -> int:
 
     from actors.placement import publish_weights, start_actors, stop_actors
     from actors.rollout import RolloutPipeline, env_config_resolver
-    from launch.episodes import episode_limits, make_pipeline, score_reasoning
+    from launch.episodes import (
+        drop_unreplayable,
+        episode_limits,
+        episode_recorder,
+        make_pipeline,
+        score_reasoning,
+    )
     from launch.report import Reporter
     from policies.batch import adoption_samples, demonstration_samples, rl_samples
     from policies.metrics import episode_metrics
@@ -239,6 +245,10 @@ async def train(cfg: RunConfig) -> int:
             rollout_s = time.perf_counter() - started
             trajectories = [t for g in groups for t in g.trajectories]
             reporter.write_trajectories(f"step_{step:04d}", trajectories, tokenizer)
+            if cfg.rollout.observation_rule is not None:  # train only on contexts the log rebuilds
+                replay_lost = drop_unreplayable(groups, lambda: episode_recorder(cfg, tokenizer))
+                for _ in range(replay_lost):
+                    rollout.metrics.lose("replay_mismatch")
             complete = [g.trajectories for g in groups if g.dropped is None]
             if not complete:  # systemic, not one bad trajectory: stop rather than train on nothing
                 raise RuntimeError(

@@ -53,10 +53,13 @@ turn, an episode has ``1 + max(0, C - k)`` segments. Generation pays ``|C_t|`` (
 costly observations) per step; the learner pays each segment once, i.e. the reduced context once
 per window slide rather than once per step as with the paper's per-step samples (§5.1, "prompt
 ``C_t`` and response ``a_t``"), its limit of one segment per step. Sampled tokens stay in exactly
-one segment, trainable, conditioned on the same context as in rollout. Today ``ChatRecorder``
-only appends to its own message list: driving it with ``apply_rule``'s context, and keeping the
-full messages plus the ``RuleRecord``s for ``replay`` (``Trajectory.messages`` would then hold
-the reduced context), is the agent loop's part.
+one segment, trainable, conditioned on the same context as in rollout.
+
+Where it runs: ``policies.react.run_episode`` keeps the full history, gives the model
+``apply_rule(history)`` through ``ChatRecorder.set_context`` at every step, and stores the full
+history (``Trajectory.messages``) with the records (``Trajectory.observation_records``);
+``policies.replay`` rebuilds the tokens from them, which the training driver and ``launch/eval.py``
+check for every episode (config ``rollout.observation_rule``, eval ``--observation-rule``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ One episode = one trajectory. The loop is pure orchestration over two protocols,
 that keeps the conversation token-exact. A bad model output is data, not a crash: a malformed
 call becomes an error observation and the episode goes on. Only an environment or server death
 ends the episode as ``infra_failed`` (the pool then destroys the environment).
+
+With an observation rule (``policies.observations``, paper 002 Eqs. 1-2) the loop keeps the full
+history and shows the model ``apply_rule(history)`` at every step; each step's ``RuleRecord`` goes
+into the trajectory, so the learner and ``launch/eval.py`` rebuild exactly the contexts the model
+saw (``policies.replay``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any, Protocol
 import msgspec
 
 from policies.chat import format_tool_result, render_system_prompt
+from policies.observations import ObservationRule, apply_rule
 from policies.tokens import ChatRecorder
 from policies.tool_calls import ToolCallParseError, parse_tool_call
 from policies.types import (
@@ -75,9 +81,13 @@ async def run_episode(
     env_id: str,
     sampling: SamplingConfig,
     limits: EpisodeLimits,
+    observation_rule: ObservationRule | None = None,
 ) -> Trajectory:
-    """Run one episode to a final answer, the turn limit or the context limit."""
+    """Run one episode to a final answer, the turn limit or the context limit. ``observation_rule``:
+    what of past tool observations the model sees (``None``: everything)."""
     ids = recorder.start(messages)
+    history = [dict(m) for m in messages]  # the full conversation, whatever the rule hides
+    records: list[dict[str, Any]] = []
     calls: list[ToolCallRecord] = []
     final_answer: str | None = None
     status: str = "ok"
@@ -90,6 +100,7 @@ async def run_episode(
         generation = await engine.generate(ids, msgspec.structs.replace(sampling, max_tokens=budget))
         turns += 1
         text = recorder.add_model_turn(generation)
+        history.append({"role": "assistant", "content": text})
         parsed = parse_tool_call(text)
         if parsed is None:
             if generation.finish_reason == "stop":
@@ -101,11 +112,21 @@ async def run_episode(
             status, error = "infra_failed", f"turn {turns}: {result.text}"
             break
         if turns < limits.max_turns:
-            ids = recorder.add_messages([format_tool_result(result)])
+            history.append(format_tool_result(result))
+            if observation_rule is None:
+                ids = recorder.add_messages(history[-1:])
+            else:
+                context, record = apply_rule(history, observation_rule, step=turns)
+                records.append(msgspec.to_builtins(record))
+                ids = recorder.set_context(context)
+    fields = recorder.trajectory_fields()
+    if observation_rule is not None:
+        fields["messages"] = history
     return Trajectory(
         task_id=task_id,
         group_id=group_id,
-        **recorder.trajectory_fields(),
+        **fields,
+        observation_records=records,
         tool_calls=calls,
         final_answer=final_answer,
         num_turns=turns,

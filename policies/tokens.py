@@ -53,6 +53,8 @@ class ChatRecorder:
 
     Drive it as ``start(messages)`` -> (``add_model_turn(gen)`` -> ``add_messages(new)``)* ->
     ``add_model_turn(gen)``; ``start`` and ``add_messages`` return the prompt for the next call.
+    ``set_context(messages)`` replaces ``add_messages`` when the next context is not the old one
+    plus new messages (an observation rule rewrote it).
     """
 
     def __init__(
@@ -124,10 +126,22 @@ class ChatRecorder:
         """Append messages (tool results, user turns) as the template's delta; return the next prompt."""
         if not new:
             raise RecorderError("add_messages() needs at least one message")
+        return self.set_context([*self._messages, *new])
+
+    def set_context(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Make ``messages`` the model's next context; return the next prompt.
+
+        ``messages`` is the conversation as the model must see it next, e.g. the full history
+        reduced by an observation rule (``policies.observations.apply_rule``). When its rendering
+        extends the recorded text it is appended as the template's delta (untrainable); when it
+        rewrites earlier turns (a windowed observation) a new segment holds the whole rendering.
+        """
+        if not messages:
+            raise RecorderError("set_context() needs at least one message")
         if self._awaiting_model:
             # The prompt ends with the generation prompt, which a re-rendering would not extend.
-            raise RecorderError("add_messages() right after a prompt; expected add_model_turn() first")
-        self._messages.extend(dict(m) for m in new)
+            raise RecorderError("a new context right after a prompt; expected add_model_turn() first")
+        self._messages = [dict(m) for m in messages]
         rendered = self._render()
         if rendered.startswith(self._text):
             self._append(self._encode(rendered[len(self._text) :]), trainable=False)

@@ -135,6 +135,10 @@ class Trajectory(msgspec.Struct, kw_only=True):
     """Why the trajectory failed, when ``status`` is not ``ok``."""
     reward: float | None = None
     reward_details: dict[str, Any] = msgspec.field(default_factory=dict)
+    observation_records: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """What the observation rule did at each step (``policies.observations.RuleRecord`` as builtins),
+    when one was applied: ``messages`` is then the full history and these rebuild each step's
+    context from it (``policies.replay``). Empty without a rule."""
 
     @property
     def num_generated_tokens(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from policies.observations import ObservationRule
 from specs.errors import SpecError, raise_all, split_validation_error
 
 
@@ -126,6 +127,11 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     tools_top_k: int | None = None
     """Show the agent only the ``k`` tools retrieved for the task's instruction (plus ``route``;
     any other tool it finds stays callable); ``null``: show every tool."""
+    observation_rule: ObservationRule | None = None
+    """What of past tool observations the agent sees (paper 002, Eqs. 1-2; ``policies/observations.py``):
+    ``{keep_last_costly: k, costly_chars: 1500, placeholder_after_success: bool}``. Applied at every
+    step, logged with the trajectory and replayed token for token before training and by
+    ``launch/eval.py``; ``null``: every observation in full."""
 
     def gateway_options(self) -> dict[str, object]:
         """The per-episode options of ``McpGateway.open``."""
