@@ -16,9 +16,11 @@ Contract of one ``generate`` call:
 - temperature 0 is greedy. No per-request seed is sent (with ``n > 1`` it kills the CPU engine);
   the engine-wide ``seed`` makes runs repeatable.
 
-``update_weights(version, path)`` reloads a learner export in place and must only run while no
-request is in flight (colocated mode alternates generation and learning); it then resets the
-prefix cache, whose KV entries were computed by the old weights.
+``update_weights(version, path)`` reloads a learner export in place between requests: it holds new
+requests back, waits for those in flight to finish (one turn each, so an episode pauses at most a
+turn; ``drain_timeout_s`` bounds the wait), reloads, resets the prefix cache (its KV entries were
+computed by the old weights) and lets the held requests go. A turn is therefore always sampled by
+one policy version, the one it reports; async placement updates weights while episodes run.
 
 Importing this module imports neither vLLM, torch nor Ray: they load inside ``VllmEngine`` and
 ``remote_generator``, so launchers stay fast and the Engine protocol is usable without them.
@@ -106,7 +108,10 @@ class VllmEngine:
         self._in_flight = 0
         self._busy_since = 0.0
         self._broken: str | None = None
-        self._updating = False
+        self._held: anyio.Event | None = None
+        """Set while an update drains or runs: new requests wait on it."""
+        self._idle = anyio.Event()
+        """Set when the last request in flight finishes (a draining update waits on it)."""
         self._counts = {"requests": 0, "prompt_tokens": 0, "generated_tokens": 0, "weight_updates": 0}
         self._busy_s = 0.0
         self._update_s = 0.0
@@ -139,11 +144,11 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
+        while self._held is not None:  # a weight update is draining or loading: wait for it
+            await self._held.wait()
         llm = self._live()
         if self._broken is not None:
             raise GeneratorError(f"engine {self.model_path} serves an unknown policy: {self._broken}")
-        if self._updating:
-            raise GeneratorError(f"engine {self.model_path}: generate called during a weight update")
         room = self.max_model_len - len(prompt_ids)
         if room < 1:
             raise GeneratorError(
@@ -189,22 +194,38 @@ class VllmEngine:
         self._counts["generated_tokens"] += len(token_ids)
         return Generation(token_ids=token_ids, logprobs=logprobs, version=version, finish_reason=finish)
 
-    async def update_weights(self, version: int, path: str) -> None:
-        """Load the learner's export at ``path`` in place and serve it as policy ``version``."""
+    async def update_weights(self, version: int, path: str, drain_timeout_s: float | None = None) -> None:
+        """Load the learner's export at ``path`` in place and serve it as policy ``version``, once
+        the requests in flight have finished (new ones wait); ``drain_timeout_s`` (default: the
+        request timeout) bounds that wait, after which the update is refused and nothing changes."""
         llm = self._live()
-        if self._updating:
+        if self._held is not None:
             raise WeightUpdateError(f"update to version {version} refused: another update is running")
-        if self._in_flight:
-            raise WeightUpdateError(
-                f"update to version {version} refused: {self._in_flight} request(s) in flight; "
-                "weights may only change between rollout phases"
-            )
         try:
             check_update_file(path, self._base_names)
         except ValueError as exc:
             raise WeightUpdateError(f"update to version {version} refused: {exc}") from exc
+        held = self._held = anyio.Event()
+        try:
+            await self._drain(version, self._timeout_s if drain_timeout_s is None else drain_timeout_s)
+            await self._reload(llm, version, path)
+        finally:
+            self._held = None
+            held.set()
+
+    async def _drain(self, version: int, timeout_s: float) -> None:
+        if self._in_flight:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(timeout_s):
+                await self._idle.wait()
+        if self._in_flight:
+            raise WeightUpdateError(
+                f"update to version {version} refused: {self._in_flight} request(s) still in flight "
+                f"after {timeout_s:g} s"
+            )
+
+    async def _reload(self, llm: AsyncLLM, version: int, path: str) -> None:
         start = time.perf_counter()
-        self._updating = True
         try:
             with anyio.fail_after(self._timeout_s):
                 reports = await llm.collective_rpc("mcprl_reload_weights", args=(path,))
@@ -212,8 +233,6 @@ class VllmEngine:
         except Exception as exc:  # vLLM hands worker failures back as plain Exception
             self._broken = f"update to version {version} from {path} failed part-way: {exc}"
             raise WeightUpdateError(self._broken) from exc
-        finally:
-            self._updating = False
         stale = [message for report in reports for message in report["stale"]]
         if stale:
             self._broken = f"update to version {version} from {path} left stale layers: {stale}"
@@ -252,6 +271,7 @@ class VllmEngine:
         self._in_flight -= 1
         if self._in_flight == 0:
             self._busy_s += time.perf_counter() - self._busy_since
+            self._idle.set()
 
 
 def _sampled_logprobs(request_id: str, token_ids: list[int], flat: Any) -> list[float]:
@@ -283,8 +303,8 @@ class GeneratorActor:
     async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
         return await self._engine.generate(prompt_ids, sampling)
 
-    async def update_weights(self, version: int, path: str) -> None:
-        await self._engine.update_weights(version, path)
+    async def update_weights(self, version: int, path: str, drain_timeout_s: float | None = None) -> None:
+        await self._engine.update_weights(version, path, drain_timeout_s)
 
     async def get_version(self) -> int:
         return self._engine.version

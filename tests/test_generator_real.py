@@ -170,17 +170,40 @@ async def test_a_prompt_that_fills_the_context_is_refused_by_name(engine: VllmEn
         await engine.generate([1] * 1024, GREEDY)
 
 
-async def test_a_weight_update_is_refused_while_a_request_is_in_flight(
-    engine: VllmEngine, tokenizer: Any, model_dir: Path
+async def test_a_weight_update_waits_for_the_turn_in_flight_and_holds_new_ones(
+    engine: VllmEngine, tokenizer: Any, learner_exports: tuple[str, str]
 ) -> None:
+    # Async placement: weights change while episodes run, never inside a turn.
     long = SamplingConfig(max_tokens=24, temperature=1.0, ignore_eos=True)
+    turns: dict[str, Any] = {}
+    base = engine.version
+
+    async def turn(name: str) -> None:
+        turns[name] = await engine.generate(_prompt(tokenizer, "Count to ten."), long)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn, "before")
+        with anyio.fail_after(30):
+            await anyio.wait_all_tasks_blocked()  # the request is now waiting on the engine
+        tg.start_soon(engine.update_weights, base + 1, learner_exports[0])
+        await anyio.wait_all_tasks_blocked()  # the update is draining
+        tg.start_soon(turn, "during")
+    assert turns["before"].version == base and len(turns["before"].token_ids) == 24
+    assert turns["during"].version == base + 1 == engine.version
+
+
+async def test_a_weight_update_that_cannot_drain_in_time_changes_nothing(
+    engine: VllmEngine, tokenizer: Any, learner_exports: tuple[str, str]
+) -> None:
+    long = SamplingConfig(max_tokens=64, temperature=1.0, ignore_eos=True)
+    version = engine.version
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.generate, _prompt(tokenizer, "Count to ten."), long)
         with anyio.fail_after(30):
-            await anyio.wait_all_tasks_blocked()  # the request is now waiting on the engine
-        with pytest.raises(WeightUpdateError, match="in flight"):
-            await engine.update_weights(1, str(model_dir / "model.safetensors"))
-    assert engine.version == 0
+            await anyio.wait_all_tasks_blocked()
+        with pytest.raises(WeightUpdateError, match="still in flight"):
+            await engine.update_weights(version + 1, learner_exports[0], 0.0)
+    assert engine.version == version
 
 
 async def test_sampled_logprobs_equal_the_learner_before_any_update(
