@@ -23,6 +23,7 @@ def rl_samples(
     keep_zero: bool = False,
     band: tuple[float, float] | None = None,
     reasoning_key: str | None = None,
+    tool_key: str | None = None,
 ) -> list[TrainSample]:
     """One sample per trajectory of each complete, scored group.
 
@@ -31,6 +32,21 @@ def rl_samples(
     (DAPO's dynamic sampling), groups whose success rate is not strictly inside it are left out.
     With ``reasoning_key``, each trajectory's ``reward_details[reasoning_key]`` (the reasoning
     reward family) is group-normalised the same way into the samples' ``reasoning_advantage``.
+
+    ``tool_key`` picks what the action stream learns from. With r_i the signal of member i of a
+    group of G (std the sample standard deviation, ``policies.advantages``)::
+
+        A_i = (r_i - mean(r)) / (std(r) + eps)        (r_i - mean(r) without ``std_normalize``)
+        r_i = reward_details[tool_key]   with tool_key    (R_tool(τ_i), MCPDisCo Eq. 5-8)
+        r_i = reward                     without          (the task outcome)
+
+    into ``advantage``. Paper 000 (MCPDisCo) §3.3.2, Eq. 10: the action tokens (route and execute
+    calls, their JSON arguments, the final answer) are weighted by A^T, estimated from the tool
+    reward family R_tool, which covers termination through its terminal shaping r_term; the
+    reasoning tokens by A^R from R_reasoning (``reasoning_key``). The outcome reward still decides
+    which groups ``band`` keeps (success rate: reward >= 1); a zero-advantage sample is one whose
+    A^T and A^R are both 0. A trajectory without ``reward_details[tool_key]`` is refused
+    (``ValueError``): a missing tool reward is not a zero one.
     """
     trajectories = [t for group in groups for t in group]
     for t in trajectories:
@@ -39,6 +55,8 @@ def rl_samples(
                 f"rl_samples: trajectory of {t.task_id} is {t.status} with reward {t.reward}; "
                 "only complete, scored groups may be trained"
             )
+        if tool_key is not None:
+            _detail(t, tool_key)  # refused even in a group the band drops: the driver forgot it
     if band is not None:
         kept = keep_groups(
             [float(t.reward) for t in trajectories],  # type: ignore[arg-type]
@@ -46,8 +64,12 @@ def rl_samples(
             band=band,
         )
         trajectories = [t for t in trajectories if kept[t.group_id]]
+    action_signal = [
+        float(t.reward) if tool_key is None else _detail(t, tool_key)  # type: ignore[arg-type]
+        for t in trajectories
+    ]
     advantages = group_advantages(
-        [float(t.reward) for t in trajectories],  # type: ignore[arg-type]
+        action_signal,
         [t.group_id for t in trajectories],
         std_normalize=std_normalize,
         eps=eps,
@@ -66,6 +88,17 @@ def rl_samples(
         if keep_zero or a != 0.0 or ar != 0.0
         for sample in _samples(t, a, ar)
     ]
+
+
+def _detail(t: Trajectory, key: str) -> float:
+    """``t.reward_details[key]`` as a number; ``ValueError`` naming the task and key when absent."""
+    value = t.reward_details.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"rl_samples: trajectory of {t.task_id} has reward_details[{key!r}] = {value!r}; expected a "
+            f"number (the tool reward, e.g. rewards.tool_reward.trajectory_tool_reward(...).total)"
+        )
+    return float(value)
 
 
 def adoption_samples(

@@ -56,17 +56,30 @@ Choices where the paper is silent or ambiguous (each is a documented default, no
   when the caller passes ``success`` (the task's evaluators), it must also be true.
 - Route recall needs the tools a route call returned, which ``ToolCallRecord`` does not keep; the
   caller passes them by turn in ``route_hits``. A route call without hits recalls nothing.
+
+From a recorded trajectory: ``trajectory_tool_reward(trajectory, task.reference_calls, success=...)``
+takes the call log and the final answer, and reads each route call's hits from the conversation
+(``route_hits_from_messages``). Model turn k is the k-th assistant message (the agent loop,
+``policies.react``, opens with system and user messages only); a call's observation is the message
+right after its turn, wrapped in ``<tool_response>`` tags by ``policies.chat.format_tool_result``
+(role ``tool`` or ``user``); a route observation lists one hit per line,
+``<tool name>(<arguments>): <description>`` (``actors.tool_router.route_observation``). A route call
+whose observation is missing (the turn limit ended the episode before it was shown), failed (``ok``
+false) or lists no tool line (bad arguments, no match, a placeholder that replaced the observation)
+recalls nothing.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
 
-from policies.types import ToolCallRecord
+from policies.chat import TOOL_CALL_OPEN, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
+from policies.types import ToolCallRecord, Trajectory
 from specs.task import ReferenceCall
 
 ROUTE_TOOL_NAME = "route"
@@ -77,6 +90,8 @@ EXEC_SCALE, EXEC_SHIFT = 6.0, -3.0
 """Eq. 6: R_correct = 6·H_exec/(2 + |A|) - 3."""
 ROUTE_SCALE, ROUTE_NORM, ROUTE_SHIFT = 6.0, 3.0, -2.0
 """Eq. 8: R_correct = 6·H_route/3 - 2."""
+_ROUTE_HIT_LINE = re.compile(r"(?P<name>[^\s()]+)\([^()]*\): ")
+"""A hit line of ``route_observation``: ``<tool name>(<arguments>): <description>``."""
 
 
 class ToolRewardWeights(msgspec.Struct, frozen=True, kw_only=True):
@@ -366,4 +381,86 @@ def _format_only(
     """A parsed call with no reference to be correct against: R_format only."""
     return CallScore(
         index=index, turn=call.turn, kind=kind, format=w.format, correct=0.0, penalty=0.0, total=w.format
+    )
+
+
+def observation_body(message: Mapping[str, Any]) -> str | None:
+    """The text inside ``<tool_response>`` tags of an observation message (``format_tool_result``,
+    any role); ``None`` when the message is not an observation."""
+    content = message.get("content")
+    if not isinstance(content, str):
+        return None
+    text = content.strip()
+    if not text.startswith(TOOL_RESPONSE_OPEN):
+        return None
+    text = text.removeprefix(TOOL_RESPONSE_OPEN).removesuffix(TOOL_RESPONSE_CLOSE)
+    return text.strip("\n")
+
+
+def route_hit_names(observation: str) -> list[str]:
+    """The tool names a route observation lists, best first: the ``<tool name>`` of each
+    ``<tool name>(<arguments>): <description>`` line; other lines (a message instead of hits) are skipped."""
+    return [m["name"] for line in observation.splitlines() if (m := _ROUTE_HIT_LINE.match(line))]
+
+
+def route_hits_from_messages(
+    messages: Sequence[Mapping[str, Any]],
+    calls: Sequence[ToolCallRecord],
+    *,
+    route_tool: str = ROUTE_TOOL_NAME,
+) -> dict[int, list[str]]:
+    """For each route call in ``calls`` (by turn), the tools its observation listed (module docstring).
+
+    Turn k is the k-th ``assistant`` message of ``messages``; its observation is the next message.
+    Raises ``ValueError`` when a route call's turn has no assistant message, or that message holds no
+    ``<tool_call>``: the messages are not the conversation the calls were recorded from.
+    """
+    assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    hits: dict[int, list[str]] = {}
+    for call in calls:
+        if call.name != route_tool or call.error_kind in SEVERE_FORMAT_ERRORS:
+            continue
+        if not 1 <= call.turn <= len(assistant):
+            raise ValueError(
+                f"route_hits_from_messages: route call of turn {call.turn} has no assistant message; "
+                f"expected turn k to be the k-th assistant message, and the messages hold {len(assistant)}"
+            )
+        at = assistant[call.turn - 1]
+        content = messages[at].get("content")
+        if not isinstance(content, str) or TOOL_CALL_OPEN not in content:
+            raise ValueError(
+                f"route_hits_from_messages: assistant message {at} (turn {call.turn}) holds no "
+                f"{TOOL_CALL_OPEN}; expected the route call recorded for that turn"
+            )
+        body = observation_body(messages[at + 1]) if at + 1 < len(messages) else None
+        hits[call.turn] = route_hit_names(body) if call.ok and body is not None else []
+    return hits
+
+
+def trajectory_tool_reward(
+    trajectory: Trajectory,
+    reference: Sequence[ReferenceCall],
+    *,
+    success: bool | None,
+    weights: ToolRewardWeights = DEFAULT_WEIGHTS,
+) -> ToolReward:
+    """R_tool(τ) of a recorded episode: ``tool_reward`` on its call log, final answer and the route
+    hits read from its messages (``route_hits_from_messages``).
+
+    ``reference``: the task's ``reference_calls``. ``success``: the task's verdict (the driver's
+    ``reward >= 1``), withholding r_term when ``False``; ``None`` when not evaluated. Raises
+    ``ValueError`` for a trajectory whose status is not ``ok``: a failed episode has no reward to give.
+    """
+    if trajectory.status != "ok":
+        raise ValueError(
+            f"trajectory_tool_reward: trajectory of task {trajectory.task_id} is {trajectory.status} "
+            f"({trajectory.error}); expected status 'ok': only a complete episode is scored"
+        )
+    return tool_reward(
+        trajectory.tool_calls,
+        reference,
+        final_answer=trajectory.final_answer,
+        success=success,
+        route_hits=route_hits_from_messages(trajectory.messages, trajectory.tool_calls),
+        weights=weights,
     )

@@ -180,3 +180,63 @@ def test_adoption_samples_are_per_step_with_z_over_t_and_the_bonus_after_normali
     )
     assert second.token_ids == [10, 11, 12, 13, 14, 15, 16] and second.trainable == [0, 0, 0, 0, 0, 1, 1]
     assert second.logprobs[-2:] == [-0.3, -0.4] and sum(second.logprobs[:5]) == 0.0
+
+
+def scored(group: str, reward: float, **details: float) -> Trajectory:
+    t = traj(group, reward)
+    t.reward_details.update(details)
+    return t
+
+
+def tool_groups() -> list[list[Trajectory]]:
+    """Three groups with outcome rewards and tool rewards (``reward_details["tool"]``, R_tool)."""
+    return [
+        # outcome [0, 1, 0, 0] (success rate 1/4); tool [7, 3, 3, 3]: mean 4, deviations [3, -1, -1, -1],
+        # sample var (9 + 1 + 1 + 1)/3 = 4, std 2 -> A^T = [1.5, -0.5, -0.5, -0.5]
+        # (the outcome would give [-0.5, 1.5, -0.5, -0.5])
+        [scored("a", r, tool=x) for r, x in [(0.0, 7.0), (1.0, 3.0), (0.0, 3.0), (0.0, 3.0)]],
+        # all fail (rate 0); tool [5, 1]: mean 3, deviations ±2, var 8/1, std 2√2 -> A^T = ±1/√2
+        [scored("b", 0.0, tool=5.0), scored("b", 0.0, tool=1.0)],
+        # outcome [1, 0] (rate 1/2) but tool [4, 4]: A^T = [0, 0], no action signal
+        [scored("c", 1.0, tool=4.0), scored("c", 0.0, tool=4.0)],
+    ]
+
+
+def test_with_a_tool_key_the_action_advantage_is_the_group_normalised_tool_reward() -> None:
+    samples = rl_samples(tool_groups(), tool_key="tool")  # c left out: zero advantage
+    assert [s.advantage for s in samples] == pytest.approx([1.5, -0.5, -0.5, -0.5, 0.7071, -0.7071], abs=1e-4)
+    # without the key: the outcome, as before (a: [-0.5, 1.5, -0.5, -0.5], b: 0 left out, c: ±1/√2)
+    outcome = rl_samples(tool_groups())
+    assert [s.advantage for s in outcome] == pytest.approx([-0.5, 1.5, -0.5, -0.5, 0.7071, -0.7071], abs=1e-4)
+    # Dr. GRPO (centred only): a: [3, -1, -1, -1], b: [2, -2]
+    centred = rl_samples(tool_groups(), tool_key="tool", std_normalize=False)
+    assert [s.advantage for s in centred] == pytest.approx([3.0, -1.0, -1.0, -1.0, 2.0, -2.0], abs=1e-9)
+
+
+def test_with_a_tool_key_the_band_still_filters_on_outcome_success() -> None:
+    # band (0, 1): b (rate 0) is dropped although its tool rewards differ; c (rate 1/2) is kept but
+    # has zero advantage, so it appears only with keep_zero
+    banded = rl_samples(tool_groups(), tool_key="tool", band=(0.0, 1.0))
+    assert [s.advantage for s in banded] == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-4)
+    kept = rl_samples(tool_groups(), tool_key="tool", band=(0.0, 1.0), keep_zero=True)
+    assert [s.advantage for s in kept] == pytest.approx([1.5, -0.5, -0.5, -0.5, 0.0, 0.0], abs=1e-4)
+
+
+def test_a_tool_key_and_a_reasoning_key_give_each_stream_its_own_advantage() -> None:
+    # c: A^T = [0, 0] (tool [4, 4]); reasoning [0.6, 0.2]: mean 0.4, deviations ±0.2,
+    # var 0.08/1, std 0.2828 -> A^R = ±1/√2: kept for the reasoning stream
+    group = [scored("c", 1.0, tool=4.0, reasoning=0.6), scored("c", 0.0, tool=4.0, reasoning=0.2)]
+    samples = rl_samples([group], tool_key="tool", reasoning_key="reasoning")
+    assert [s.advantage for s in samples] == [0.0, 0.0]
+    assert [s.reasoning_advantage for s in samples] == pytest.approx([0.7071, -0.7071], abs=1e-4)
+
+
+def test_a_trajectory_without_the_tool_reward_is_refused_naming_task_and_key() -> None:
+    # refused even when its group would be dropped by the band (b: all fail)
+    groups = [[scored("a", 1.0, tool=1.0), scored("a", 0.0, tool=0.0)], [traj("b", 0.0), traj("b", 0.0)]]
+    with pytest.raises(
+        ValueError, match=r"trajectory of b has reward_details\['tool'\] = None; expected a number"
+    ):
+        rl_samples(groups, tool_key="tool", band=(0.0, 1.0))
+    with pytest.raises(ValueError, match=r"reward_details\['tool'\] = True"):
+        rl_samples([[scored("a", 1.0, tool=True), scored("a", 0.0, tool=0.0)]], tool_key="tool")

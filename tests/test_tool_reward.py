@@ -10,21 +10,37 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from transformers import AutoTokenizer
 
-from policies.types import ToolCallRecord
+from actors.tool_router import ToolRouter, route_observation
+from policies.chat import format_tool_call, format_tool_result
+from policies.react import EpisodeLimits, build_messages, run_episode
+from policies.scripted import ScriptedEngine
+from policies.tokens import ChatRecorder
+from policies.tool_calls import parse_tool_call
+from policies.types import SamplingConfig, ToolCall, ToolCallRecord, ToolResult, ToolSpec, Trajectory
+from rewards.ops import evaluate_op
 from rewards.tool_reward import (
     ToolRewardWeights,
     best_assignment,
     execute_score,
     key_iou,
+    observation_body,
+    route_hit_names,
+    route_hits_from_messages,
     same_value,
     split_name,
     tool_reward,
+    trajectory_tool_reward,
 )
-from specs.task import ReferenceCall
+from specs.domains.calculator.expert import respond as expert_respond
+from specs.domains.calculator.generate import evaluate_expression
+from specs.task import ReferenceCall, load_tasks
 
 MUL = ReferenceCall(server="calculator", tool="multiply", arguments={"a": 17, "b": 25})
 SUB = ReferenceCall(server="calculator", tool="subtract", arguments={"a": 425, "b": 38})
@@ -360,3 +376,267 @@ def test_bad_weights_are_refused_naming_the_field() -> None:
         ToolRewardWeights(exec_norm_offset=0.0)
     with pytest.raises(ValueError, match="ToolRewardWeights.terminal: expected a finite number"):
         ToolRewardWeights(terminal=float("nan"))
+
+
+# --- From a recorded trajectory: route hits from the messages, expert episodes --------------------
+#
+# Observations are built with the real formatters (``route_observation``, ``format_tool_result``,
+# ``format_tool_call``), so a change of either format breaks these tests rather than the reward.
+
+CALCULATE = ToolSpec(
+    name="calculator__calculate",
+    server="calculator",
+    tool="calculate",
+    description="Calculates/evaluates the given arithmetic expression.",
+    parameters={
+        "type": "object",
+        "properties": {"expression": {"type": "string"}},
+        "required": ["expression"],
+    },
+)
+INVENTORY = [
+    CALCULATE,
+    ToolSpec(
+        name="calculator__multiply",
+        server="calculator",
+        tool="multiply",
+        description="Multiply two numbers and return the product.",
+        parameters={"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+    ),
+    ToolSpec(
+        name="weather__get_forecast",
+        server="weather",
+        tool="get_forecast",
+        description="Weather forecast (temperature, rain) for a city: days ahead.",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+    ),
+]
+ROUTER = ToolRouter(INVENTORY)
+DATA = Path(__file__).resolve().parent.parent / "specs" / "domains" / "calculator" / "tasks"
+
+
+def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, str]:
+    return {"role": "assistant", "content": format_tool_call(ToolCall(name=name, arguments=arguments))}
+
+
+def _route_result(arguments: dict[str, Any]) -> ToolResult:
+    # What the gateway answers a route call with (actors.mcp_gateway: the route tool is its own).
+    return ToolResult(text=route_observation(ROUTER, arguments), server="mcprl", read_only=True)
+
+
+def _conversation(*turns: dict[str, str]) -> list[dict[str, Any]]:
+    return [*build_messages("How many pens are there in 17 boxes of 25?", INVENTORY, None), *turns]
+
+
+def _searched(query: str, k: int = 5) -> list[str]:
+    return [tool.name for tool, _ in ROUTER.search(query, k)]
+
+
+def test_route_hits_are_the_tool_names_of_the_route_observation_best_first() -> None:
+    query = {"query": "multiply two numbers with the calculator"}
+    messages = _conversation(
+        _assistant_call("route", query),
+        format_tool_result(_route_result(query)),
+        _assistant_call("calculator__multiply", {"a": 17, "b": 25}),
+        format_tool_result(ToolResult(text="425")),
+        {"role": "assistant", "content": "The answer is 425."},
+    )
+    calls = [_call("route", query, turn=1), _call("calculator__multiply", {"a": 17, "b": 25}, turn=2)]
+    hits = route_hits_from_messages(messages, calls)
+    # only the route call has an entry; its hits are what the router returned, in its order
+    assert hits == {1: _searched("multiply two numbers with the calculator")}
+    assert hits[1] == ["calculator__multiply", "calculator__calculate"]  # the weather tool scores 0
+
+
+def test_route_hits_follow_each_route_turn_and_observations_may_come_as_user_messages() -> None:
+    first, second = {"query": "weather forecast"}, {"query": "evaluate an expression", "k": 1}
+    messages = _conversation(
+        _assistant_call("route", first),
+        format_tool_result(_route_result(first), role="user"),
+        _assistant_call("calculator__multiply", {"a": 17}),
+        format_tool_result(ToolResult(text="bad", is_error=True, error_kind="bad_arguments"), role="user"),
+        _assistant_call("route", second),
+        format_tool_result(_route_result(second), role="user"),
+    )
+    calls = [
+        _call("route", first, turn=1),
+        _call("calculator__multiply", {"a": 17}, turn=2, error_kind="bad_arguments"),
+        _call("route", second, turn=3),
+    ]
+    assert route_hits_from_messages(messages, calls) == {
+        1: _searched("weather forecast"),
+        3: ["calculator__calculate"],  # k = 1: the best hit only
+    }
+    assert _searched("weather forecast")[0] == "weather__get_forecast"
+
+
+def test_a_route_call_recalls_nothing_when_it_failed_was_refused_or_was_never_answered() -> None:
+    blank = {"query": " "}
+    failed = ToolResult(text="Unknown tool 'route'.", is_error=True, error_kind="unknown_tool")
+    messages = _conversation(
+        _assistant_call("route", {"query": "multiply"}),
+        format_tool_result(failed),  # no router in the environment: an error observation
+        _assistant_call("route", blank),
+        format_tool_result(_route_result(blank)),  # "route: 'query' must be a non-empty string ..."
+        _assistant_call("route", {"query": "multiply"}),  # the last turn: the loop never shows the result
+    )
+    calls = [
+        _call("route", {"query": "multiply"}, turn=1, error_kind="unknown_tool"),
+        _call("route", blank, turn=2),
+        _call("route", {"query": "multiply"}, turn=3),
+    ]
+    assert route_observation(ROUTER, blank).startswith("route: ")
+    assert route_hits_from_messages(messages, calls) == {1: [], 2: [], 3: []}
+
+
+def test_route_hit_lines_are_read_whatever_the_description_holds() -> None:
+    # a description with parentheses and ": ", a tool without arguments, a message line skipped
+    text = "a__b(x, y?): Adds (two) numbers: x + y.\nc__d(): (no description)\nroute: no tools match 'q'."
+    assert route_hit_names(text) == ["a__b", "c__d"]
+    assert observation_body(format_tool_result(ToolResult(text=text))) == text
+    assert observation_body({"role": "assistant", "content": "a__b(x): y"}) is None
+    assert observation_body({"role": "tool", "content": [{"type": "text", "text": "x"}]}) is None
+
+
+def test_route_hits_refuse_messages_that_do_not_match_the_calls() -> None:
+    messages = _conversation(_assistant_call("route", {"query": "multiply"}))
+    with pytest.raises(ValueError, match="route call of turn 2 has no assistant message"):
+        route_hits_from_messages(messages, [_call("route", {"query": "multiply"}, turn=2)])
+    prose = _conversation({"role": "assistant", "content": "Let me think."})
+    with pytest.raises(ValueError, match=r"assistant message 2 \(turn 1\) holds no <tool_call>"):
+        route_hits_from_messages(prose, [_call("route", {"query": "multiply"}, turn=1)])
+    # parse errors and other tools need no message: nothing is read for them
+    assert route_hits_from_messages([], [_parse_error(), _call("calculator__multiply", {"a": 1})]) == {}
+
+
+def _trajectory(messages: list[dict[str, Any]], calls: list[ToolCallRecord], **fields: Any) -> Trajectory:
+    return Trajectory(
+        task_id="calc-x",
+        group_id="g",
+        token_ids=[],
+        trainable=[],
+        logprobs=[],
+        versions=[],
+        messages=messages,
+        tool_calls=calls,
+        **fields,
+    )
+
+
+def test_trajectory_tool_reward_scores_the_recorded_calls_hits_and_answer() -> None:
+    query = {"query": "multiply two numbers"}
+    messages = _conversation(
+        _assistant_call("route", query),
+        format_tool_result(_route_result(query)),
+        _assistant_call("calculator__multiply", {"a": 17, "b": 25}),
+        format_tool_result(ToolResult(text="425")),
+        {"role": "assistant", "content": "The answer is 425."},
+    )
+    calls = [_call("route", query, turn=1), _call("calculator__multiply", {"a": 17, "b": 25}, turn=2)]
+    t = _trajectory(messages, calls, final_answer="The answer is 425.", num_turns=3)
+    # route: hits hold calculator__multiply (server and tool recalled): H = 5, R_correct = 8, R_tool = 9
+    # execute: exact MUL (|A| = 2): R_tool = 10 (first test); D = 2 -> (9 + 10)/2 = 9.5; terminal 1
+    result = trajectory_tool_reward(t, [MUL], success=True)
+    assert [s.total for s in result.calls] == [9.0, 10.0]
+    assert result.total == 10.5
+    assert trajectory_tool_reward(t, [MUL], success=False).total == 9.5  # r_term withheld
+    # the same call log with the hits unknown (no observation): route H = 3 -> 5; (5 + 10)/2 + 1 = 8.5
+    assert tool_reward(calls, [MUL], final_answer=t.final_answer, success=True).total == 8.5
+
+
+def test_trajectory_tool_reward_refuses_a_failed_episode_naming_the_task() -> None:
+    t = _trajectory([], [], status="infra_failed", error="turn 1: server exited")
+    with pytest.raises(ValueError, match="trajectory of task calc-x is infra_failed"):
+        trajectory_tool_reward(t, [MUL], success=None)
+
+
+def test_every_calculator_task_has_the_expert_call_as_its_reference() -> None:
+    # For each shipped task: the call the scripted expert writes, parsed as the agent loop parses it,
+    # scores R_tool(a) = 12, the most one call can earn against a 1-argument reference:
+    # H = R_format 1 + s_base 1 + s_req 1 + s_srv 1 + s_tool 1 + IoU 1 + N_val 1 = 7
+    # R_correct = 6*7/(2 + |A|=1) - 3 = 11; R_tool(a) = 1 + 11 + P 0 = 12
+    tasks = load_tasks(DATA / "train.json") + load_tasks(DATA / "eval.json")
+    for task in tasks:
+        [ref] = task.reference_calls
+        assert (ref.name, ref.arguments) == (
+            "calculator__calculate",
+            {"expression": task.private["_expression"]},
+        )
+        parsed = parse_tool_call(expert_respond(task, task.instruction))
+        assert isinstance(parsed, ToolCall)
+        [score] = tool_reward([_call(parsed.name, parsed.arguments)], [ref], final_answer=None).calls
+        assert score.total == 12.0, task.instance_id
+
+
+class InMemoryCalculator:
+    """The ToolCaller protocol: the calculator tool (evaluated locally) and the gateway's route tool."""
+
+    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
+        if name == "route":
+            return _route_result(arguments)
+        if name != CALCULATE.name:
+            return ToolResult(text=f"Unknown tool {name!r}.", is_error=True, error_kind="unknown_tool")
+        value = evaluate_expression(arguments["expression"])
+        return ToolResult(text=str(int(value) if value.is_integer() else value), server="calculator")
+
+
+async def _expert_episode(tokenizer: Any, task: Any, respond: Any) -> Trajectory:
+    with anyio.fail_after(60):
+        return await run_episode(
+            task_id=task.instance_id,
+            group_id=task.instance_id,
+            messages=build_messages(task.instruction, INVENTORY, None),
+            recorder=ChatRecorder(tokenizer),
+            engine=ScriptedEngine(tokenizer, respond, task),
+            tools=InMemoryCalculator(),
+            env_id="e1",
+            sampling=SamplingConfig(temperature=0.0),
+            limits=EpisodeLimits(max_turns=4, max_new_tokens=128, max_context_tokens=4096),
+        )
+
+
+def _success(task: Any, answer: str | None) -> bool:
+    [spec] = task.evaluators
+    return evaluate_op(spec.func, spec.op, spec.value, spec.op_args, answer or "").passed
+
+
+@pytest.mark.anyio
+async def test_an_expert_episode_of_a_real_calculator_task_scores_the_maximum(model_dir: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    task = load_tasks(DATA / "train.json")[0]
+    t = await _expert_episode(tokenizer, task, expert_respond)
+    assert [(c.name, c.arguments) for c in t.tool_calls] == [
+        ("calculator__calculate", {"expression": task.private["_expression"]})
+    ]
+    result = trajectory_tool_reward(t, task.reference_calls, success=_success(task, t.final_answer))
+    # one exact call against |A| = 1: R_tool(a) = 12 (previous test); D = 1; correct answer: r_term 1
+    # R_tool = 12/1 + 1 = 13 = format 1 + correct 11 + penalty 0 + terminal 1
+    assert (result.format, result.correct, result.penalty, result.terminal) == (1.0, 11.0, 0.0, 1.0)
+    assert result.total == 13.0
+
+
+@pytest.mark.anyio
+async def test_an_expert_that_routes_first_is_scored_on_the_hits_the_episode_recorded(
+    model_dir: Path,
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    task = load_tasks(DATA / "train.json")[0]
+    route = format_tool_call(ToolCall(name="route", arguments={"query": "evaluate an arithmetic expression"}))
+
+    def routing_expert(task: Any, conversation: str) -> str:
+        answered = conversation[conversation.rfind(task.instruction) :].count("<tool_response>")
+        if answered == 0:
+            return route
+        if answered == 1:  # the expert's call, as it writes it on a fresh conversation
+            return expert_respond(task, task.instruction)
+        return expert_respond(task, conversation)  # states the calculator's result
+
+    t = await _expert_episode(tokenizer, task, routing_expert)
+    assert [c.name for c in t.tool_calls] == ["route", "calculator__calculate"] and _success(
+        task, t.final_answer
+    )
+    result = trajectory_tool_reward(t, task.reference_calls, success=True)
+    # route: calculator__calculate among the hits: H = 5, R_correct = 6*5/3 - 2 = 8, R_tool = 9
+    # execute: exact, 12; D = 2: (9 + 12)/2 = 10.5; terminal 1 -> 11.5 (routing lowers the mean here)
+    assert "calculator__calculate" in route_hits_from_messages(t.messages, t.tool_calls)[1]
+    assert [s.total for s in result.calls] == [9.0, 12.0] and result.total == 11.5

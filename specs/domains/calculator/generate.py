@@ -8,6 +8,9 @@ never appear in training, so an eval score can tell memorised templates from too
 
 Every task names the ``calculator`` server (PyPI ``mcp-server-calculator``, tool ``calculate``), asks
 for a final sentence ``The answer is N.``, and is checked by the generic ops ``number`` / ``approx``.
+Each task carries one reference call for the tool reward (``rewards.tool_reward``, MCPDisCo Eq. 5-8):
+``calculator`` / ``calculate`` with ``{"expression": <reference expression>}``, the very call the
+scripted expert makes, so an expert episode earns the maximum R_tool.
 Private fields: ``_expression`` (a reference expression for the calculator, used by the scripted
 expert), ``_answer`` (the number) and ``_template`` (the family).
 """
@@ -248,6 +251,10 @@ def _task(instance_id: str, family: str, problem: Problem) -> dict[str, Any]:
                 "op_args": {"abs_tol": 1e-6},
                 "desc": "The final number of the reply equals the answer.",
             }
+        ],
+        # What the scripted expert sends (expert.py): the tool reward's reference call, matched exactly.
+        "reference_calls": [
+            {"server": "calculator", "tool": "calculate", "arguments": {"expression": expression}}
         ],
         "_expression": expression,
         "_answer": answer,
