@@ -18,6 +18,7 @@ from policies.replay import check_replay
 from policies.thought import THINK_INSTRUCTIONS, reasoning_text
 from policies.tokens import ChatRecorder
 from policies.types import Trajectory
+from rewards.tool_reward import trajectory_tool_reward
 from specs.config import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -102,3 +103,17 @@ def drop_unreplayable(groups: Sequence[Group], recorder_factory: Callable[[], Ch
                 failed += 1
                 group.dropped = "replay_mismatch"
     return failed
+
+
+def score_tools(trajectories: Sequence[Trajectory], references: Mapping[str, Sequence[Any]]) -> float:
+    """Put each scored trajectory's tool reward (``rewards/tool_reward.py``, MCPDisCo eqs. 5-8
+    against its task's ``reference_calls``; terminal shaping only on success) in
+    ``reward_details["tool"]``; returns the mean."""
+    totals = []
+    for t in trajectories:
+        if t.status != "ok":
+            continue
+        success = t.reward is not None and t.reward >= 1.0
+        t.reward_details["tool"] = trajectory_tool_reward(t, references[t.task_id], success=success).total
+        totals.append(t.reward_details["tool"])
+    return sum(totals) / len(totals) if totals else 0.0

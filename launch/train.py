@@ -95,6 +95,7 @@ async def train(cfg: RunConfig) -> int:
         episode_recorder,
         make_pipeline,
         score_reasoning,
+        score_tools,
     )
     from launch.report import Reporter
     from policies.batch import adoption_samples, demonstration_samples, rl_samples
@@ -149,6 +150,7 @@ async def train(cfg: RunConfig) -> int:
         limits = episode_limits(cfg)
         scorer = ReasoningScorer(fmt=cfg.rollout.reasoning_format) if cfg.algorithm.reasoning_reward else None
         instructions = {t.instance_id: t.instruction for t in train_tasks.tasks}
+        references = {t.instance_id: t.reference_calls for t in train_tasks.tasks}
         eval_limits = msgspec.structs.replace(limits, max_turns=cfg.eval_max_turns)
         greedy = SamplingConfig(temperature=0.0, stop_token_ids=stop_ids)
         sampling = SamplingConfig(
@@ -254,12 +256,14 @@ async def train(cfg: RunConfig) -> int:
                 raise RuntimeError(
                     f"step {step}: every group was lost ({rollout.metrics.lost}); see the log above"
                 )
-            reasoning: dict[str, float] = {}
+            families: dict[str, float] = {}
+            flat = [t for g in complete for t in g]
             if scorer is not None:  # the reasoning family: scored in the driver, ~25 ms a trajectory
-                flat = [t for g in complete for t in g]
-                reasoning["reasoning_reward"] = score_reasoning(
+                families["reasoning_reward"] = score_reasoning(
                     scorer, flat, instructions, cfg.rollout.reasoning_format
                 )
+            if cfg.algorithm.tool_reward:  # the tool family: MCPDisCo R_tool against reference calls
+                families["tool_reward"] = score_tools(flat, references)
             if cfg.algorithm.returns == "adoption":
                 samples = adoption_samples(
                     complete,
@@ -277,6 +281,7 @@ async def train(cfg: RunConfig) -> int:
                     keep_zero=cfg.algorithm.kl_coef > 0,
                     band=cfg.algorithm.band,
                     reasoning_key="reasoning" if scorer is not None else None,
+                    tool_key="tool" if cfg.algorithm.tool_reward else None,
                 )
             started = time.perf_counter()
             update: dict[str, float] = {}
@@ -291,7 +296,7 @@ async def train(cfg: RunConfig) -> int:
             m = rollout.metrics
             metrics = {
                 **episode_metrics([t for g in complete for t in g]),
-                **reasoning,
+                **families,
                 **{k: float(v) for k, v in update.items()},
                 "samples": float(len(samples)),
                 "gen_tok_s": generated / rollout_s if rollout_s else 0.0,

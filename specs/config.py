@@ -265,6 +265,10 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """Score each trajectory's reasoning (paper 000, eqs. 1-4: keyword relevance density +
     0.5 x sentence coherence + structure; ``rewards/reasoning_reward.py``) and train on its
     group-normalised advantage as the reasoning family. Needs rollout.reasoning_format."""
+    tool_reward: bool = False
+    """Train the tool family on MCPDisCo's tool reward (paper 000, eqs. 5-8: format + correctness
+    against the task's ``reference_calls`` + penalties + terminal shaping on success;
+    ``rewards/tool_reward.py``) instead of the evaluator's outcome reward. Needs returns: outcome."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
@@ -406,6 +410,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             raise ValueError(
                 "algorithm.reasoning_reward and algorithm.surgery need rollout.reasoning_format "
                 "(think or harmony): without explicit reasoning there is no reasoning family to score"
+            )
+        if self.algorithm.tool_reward and self.algorithm.returns != "outcome":
+            raise ValueError(
+                "algorithm.tool_reward needs algorithm.returns: outcome (adoption returns are built "
+                "from the outcome and the tool bonus, not from per-trajectory tool rewards)"
             )
         if self.rollout.max_context_tokens > self.generator.max_model_len:
             raise ValueError(
