@@ -6,9 +6,11 @@ and the gateway; *evaluate* scores the finished episode against the still-live e
 the environment is released (cleanup hooks, reset for reuse or destroy if broken). Stages draw on
 different resources, so each has its own worker count; the pool caps live environments.
 
-Groups (``group_size`` trajectories of one task) stream out as they complete. A group that lost
-a member to infrastructure or to a failed evaluator is dropped whole and counted by cause: a
-partial group is never trained. Nothing here knows about a domain.
+Groups (``group_size`` trajectories of one task) stream out as they complete. A trajectory lost
+to infrastructure (a server or environment died, the generator restarted) is run again on a fresh
+environment, up to ``retries`` times; a group that still lacks a member (or that misses its
+``group_timeout_s``, or whose evaluator failed) is dropped whole and counted by cause: a partial
+group is never trained. Nothing here knows about a domain.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -63,6 +66,9 @@ class StageMetrics(msgspec.Struct, kw_only=True):
     evaluated: int = 0
     max_live_envs: int = 0
     lost: dict[str, int] = msgspec.field(default_factory=dict)
+    """Trajectories lost, by cause (a retried one counts once per failed attempt)."""
+    retried: int = 0
+    """Attempts started again on a fresh environment after an infrastructure failure."""
     groups_dropped: int = 0
 
     def lose(self, cause: str) -> None:
@@ -88,10 +94,19 @@ class RolloutPipeline:
         system_prompt: str | None = None,
         gateway_options: dict[str, Any] | None = None,
         observation_rule: ObservationRule | None = None,
+        retries: int = 1,
+        group_timeout_s: float | None = None,
     ) -> None:
         """``gateway_options``: per-episode options of ``McpGateway.open`` (``budget_s``, ``route``,
         ``top_k``; the retrieval query is the task's prompt); ``observation_rule``: what of past
-        tool observations the agent sees (``policies.observations``; ``None``: all)."""
+        tool observations the agent sees (``policies.observations``; ``None``: all); ``retries``:
+        how often a trajectory lost to infrastructure is run again; ``group_timeout_s``: a group
+        not complete by then is dropped (``None``: no deadline)."""
+        if retries < 0 or (group_timeout_s is not None and group_timeout_s <= 0):
+            raise ValueError(
+                f"retries must be >= 0 and group_timeout_s > 0, got {retries}, {group_timeout_s}"
+            )
+        self._retries, self._group_timeout_s = retries, group_timeout_s
         self._pool, self._gateway, self._evaluator = pool, gateway, evaluator
         self._gateway_options = dict(gateway_options or {})
         self._env_config_for = env_config_for
@@ -139,18 +154,27 @@ class RolloutPipeline:
         self, task: Any, group_size: int, sampling: SamplingConfig, limits: EpisodeLimits, send: Any
     ) -> None:
         group_id = f"{task.instance_id}/{uuid.uuid4().hex[:8]}"
-        results: list[Trajectory] = []
+        results: list[Trajectory | None] = [None] * group_size
 
-        async def one() -> None:
-            results.append(await self._trajectory(task, group_id, sampling, limits))
+        async def member(slot: int) -> None:
+            for attempt in range(self._retries + 1):
+                if attempt:
+                    self.metrics.retried += 1
+                results[slot] = trajectory = await self._trajectory(task, group_id, sampling, limits)
+                if trajectory.status != "infra_failed":
+                    return
 
-        async with anyio.create_task_group() as tg:
-            for _ in range(group_size):
-                tg.start_soon(one)
-        group = Group(task_id=task.instance_id, group_id=group_id, trajectories=results)
-        failed = [t.status for t in results if t.status != "ok"]
-        if failed:
-            group.dropped = failed[0]
+        with anyio.move_on_after(self._group_timeout_s or math.inf) as deadline:
+            async with anyio.create_task_group() as tg:
+                for slot in range(group_size):
+                    tg.start_soon(member, slot)
+        if deadline.cancelled_caught:
+            self.metrics.lose("group_timeout")
+        done = [t for t in results if t is not None]
+        group = Group(task_id=task.instance_id, group_id=group_id, trajectories=done)
+        failed = [t.status for t in done if t.status != "ok"]
+        if deadline.cancelled_caught or failed:
+            group.dropped = "group_timeout" if deadline.cancelled_caught else failed[0]
             self.metrics.groups_dropped += 1
         async with send:
             await send.send(group)

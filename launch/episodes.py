@@ -67,6 +67,8 @@ def make_pipeline(
         system_prompt=episode_system_prompt(cfg),
         gateway_options=cfg.rollout.gateway_options(),
         observation_rule=cfg.rollout.observation_rule,
+        retries=cfg.rollout.retries,
+        group_timeout_s=cfg.rollout.group_timeout_s,
     )
 
 

@@ -306,6 +306,7 @@ async def train(cfg: RunConfig) -> int:
                 **{f"stage_{k}": v for k, v in msgspec.structs.asdict(m).items() if k.endswith("_s")},
                 "max_live_envs": float(m.max_live_envs),
                 "groups_dropped": float(m.groups_dropped),
+                "retried": float(m.retried),
                 **{f"lost_{cause}": float(n) for cause, n in m.lost.items()},
             }
             reporter.log("train", step, metrics)

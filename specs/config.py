@@ -127,6 +127,11 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     tools_top_k: int | None = None
     """Show the agent only the ``k`` tools retrieved for the task's instruction (plus ``route``;
     any other tool it finds stays callable); ``null``: show every tool."""
+    retries: int = 1
+    """How often a trajectory lost to infrastructure (a server, environment or generator died) is
+    run again on a fresh environment before its group is dropped whole."""
+    group_timeout_s: float | None = None
+    """A group not complete by then (retries included) is dropped whole; ``null``: no deadline."""
     observation_rule: ObservationRule | None = None
     """What of past tool observations the agent sees (paper 002, Eqs. 1-2; ``policies/observations.py``):
     ``{keep_last_costly: k, costly_chars: 1500, placeholder_after_success: bool}``. Applied at every
@@ -162,6 +167,10 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ValueError("rollout.tool_timeout_s must be > 0: every tool call needs a deadline")
         if self.tool_budget_s is not None and self.tool_budget_s <= 0:
             raise ValueError("rollout.tool_budget_s must be > 0 seconds, or null for no episode budget")
+        if self.retries < 0:
+            raise ValueError("rollout.retries must be >= 0 (0: a lost trajectory drops its group at once)")
+        if self.group_timeout_s is not None and self.group_timeout_s <= 0:
+            raise ValueError("rollout.group_timeout_s must be > 0 seconds, or null for no deadline")
         if self.tools_top_k is not None and self.tools_top_k < 1:
             raise ValueError("rollout.tools_top_k must be >= 1, or null to show every tool")
 

@@ -64,6 +64,7 @@ async def run_pipeline(
     backend: str = "local",
     reasoning_format: Any = "none",
     system_prompt: str | None = None,
+    retries: int = 0,
 ) -> tuple[list[Any], RolloutPipeline, EnvPool]:
     pool = EnvPool(make_backend(backend, tmp_path / "envs"), run_id(), max_live=3)
     async with McpGateway.running() as gateway:
@@ -78,6 +79,7 @@ async def run_pipeline(
             acquire_workers=1,
             run_workers=3,
             eval_workers=1,
+            retries=retries,
         )
         with anyio.fail_after(120):
             groups = await pipeline.collect(
@@ -221,7 +223,7 @@ async def test_a_server_or_env_dying_mid_episode_fails_that_trajectory_and_the_e
 
     monkeypatch.setattr(EnvPool, "__init__", remember)
     groups, pipeline, pool = await run_pipeline(
-        tmp_path, tokenizer, [*victims, task], 1, policy=saboteur(pool_ref), servers=registry
+        tmp_path, tokenizer, [*victims, task], 1, policy=saboteur(pool_ref), servers=registry, retries=1
     )
     by_task = {g.task_id: g for g in groups}
     for victim in ("crash", "vanish"):
@@ -233,9 +235,43 @@ async def test_a_server_or_env_dying_mid_episode_fails_that_trajectory_and_the_e
         )
         assert "died" in (trajectory.error or ""), trajectory.error
     assert by_task[task.instance_id].trajectories[0].reward == 1.0  # the step goes on
-    assert pipeline.metrics.lost == {"infra_failed": 2}
+    # Each victim was retried once on a fresh environment, failed again, and its group dropped.
+    assert pipeline.metrics.lost == {"infra_failed": 4} and pipeline.metrics.retried == 2
     stats = pool.stats()
-    assert stats["broken"] == 2 and stats["reused"] == 0  # neither broken env came back
+    assert stats["broken"] == 4 and stats["reused"] == 0  # no broken env came back
+
+
+async def test_a_trajectory_lost_to_a_dying_server_is_retried_on_a_fresh_env_and_its_group_completes(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    registry = tmp_path / "servers.json"
+    edge = {
+        "stdio": {"command": sys.executable, "args": [str(REPO / "tests" / "servers" / "edge_server.py")]}
+    }
+    registry.write_text(json.dumps({"edge": edge}))
+    task = load_tasks(DOMAIN / "tasks" / "train.json")[0]
+    on_edge = msgspec.structs.replace(task.mcp_servers[0], name="edge", tools=("crash", "echo"))
+    flaky = msgspec.structs.replace(task, instance_id="flaky", mcp_servers=(on_edge,))
+    crashed: list[str] = []
+
+    def crash_once(task: Any, conversation: str) -> str:
+        after = conversation[conversation.rfind(task.instruction) + len(task.instruction) :]
+        if "<tool_response>" in after:
+            return f"The answer is {task.private['_answer']}."
+        if not crashed:
+            crashed.append("once")
+            return '<tool_call>\n{"name": "edge__crash", "arguments": {}}\n</tool_call>'
+        return '<tool_call>\n{"name": "edge__echo", "arguments": {"text": "hi"}}\n</tool_call>'
+
+    groups, pipeline, pool = await run_pipeline(
+        tmp_path, tokenizer, [flaky], 3, policy=crash_once, servers=registry, retries=1
+    )
+    (group,) = groups
+    assert group.dropped is None and len(group.trajectories) == 3
+    assert [t.reward for t in group.trajectories] == [1.0, 1.0, 1.0]
+    assert pipeline.metrics.lost == {"infra_failed": 1} and pipeline.metrics.retried == 1
+    assert pool.stats()["broken"] == 1 and pool.stats()["live"] == 0
 
 
 async def test_a_thought_mdp_episode_records_reasoning_and_action_masks(
