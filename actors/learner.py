@@ -478,10 +478,12 @@ class Learner:
     # -- checkpoints ------------------------------------------------------------------------------
 
     def save_checkpoint(self, dir: str) -> None:
-        """DeepSpeed checkpoint (weights, optimizer, version) in ``dir``, plus a loadable HF model in ``dir/hf``."""
-        self._engine.save_checkpoint(
-            dir, tag=f"version{self._version}", client_state={"version": self._version}
-        )
+        """DeepSpeed checkpoint (weights, optimizer, version, RNG) in ``dir``, plus a loadable HF model
+        in ``dir/hf``. The learning rate is constant (no scheduler state to keep)."""
+        import torch
+
+        client_state = {"version": self._version, "torch_rng": torch.get_rng_state()}
+        self._engine.save_checkpoint(dir, tag=f"version{self._version}", client_state=client_state)
         hf_dir = os.path.join(dir, "hf")
         self._engine.module.save_pretrained(hf_dir, state_dict=self._full_state_dict())
         for name in os.listdir(self.model_path):
@@ -490,7 +492,9 @@ class Learner:
                 shutil.copy2(src, os.path.join(hf_dir, name))
 
     def load_checkpoint(self, dir: str) -> None:
-        """Restore weights, optimizer state and ``version`` from the latest DeepSpeed checkpoint in ``dir``."""
+        """Restore weights, optimizer state, RNG and ``version`` from the latest DeepSpeed checkpoint in ``dir``."""
+        import torch
+
         load_path, client_state = self._engine.load_checkpoint(dir)
         if load_path is None:
             raise LearnerError(
@@ -501,6 +505,8 @@ class Learner:
                 f"load_checkpoint: checkpoint {load_path} has no 'version' in its client state"
             )
         self._version = int(client_state["version"])
+        if "torch_rng" in client_state:
+            torch.set_rng_state(client_state["torch_rng"])
 
 
 def remote_learner(**ray_options: Any) -> Any:

@@ -70,9 +70,35 @@ class StageMetrics(msgspec.Struct, kw_only=True):
     retried: int = 0
     """Attempts started again on a fresh environment after an infrastructure failure."""
     groups_dropped: int = 0
+    queued: dict[str, int] = msgspec.field(default_factory=dict)
+    """Per stage, trajectories waiting for a worker now."""
+    busy: dict[str, int] = msgspec.field(default_factory=dict)
+    """Per stage, workers working now."""
+    peak_queued: dict[str, int] = msgspec.field(default_factory=dict)
+    """Per stage, the longest queue seen."""
+    peak_busy: dict[str, int] = msgspec.field(default_factory=dict)
+    """Per stage, the most workers busy at once."""
 
     def lose(self, cause: str) -> None:
         self.lost[cause] = self.lost.get(cause, 0) + 1
+
+    def count(self, gauge: str, stage: str, delta: int) -> None:
+        """Move gauge ``queued`` or ``busy`` of ``stage`` by ``delta``, keeping its peak."""
+        now, peak = getattr(self, gauge), getattr(self, f"peak_{gauge}")
+        now[stage] = now.get(stage, 0) + delta
+        peak[stage] = max(peak.get(stage, 0), now[stage])
+
+    def as_metrics(self) -> dict[str, float]:
+        """Flat numbers for the step table and W&B: stage seconds, peaks, losses by cause."""
+        return {
+            **{f"stage_{k}": v for k, v in msgspec.structs.asdict(self).items() if k.endswith("_s")},
+            **{f"stage_{s}_peak_queued": float(n) for s, n in self.peak_queued.items()},
+            **{f"stage_{s}_peak_busy": float(n) for s, n in self.peak_busy.items()},
+            "max_live_envs": float(self.max_live_envs),
+            "groups_dropped": float(self.groups_dropped),
+            "retried": float(self.retried),
+            **{f"lost_{cause}": float(n) for cause, n in self.lost.items()},
+        }
 
 
 class RolloutPipeline:
@@ -242,15 +268,22 @@ class RolloutPipeline:
     async def _stage(self, limiter: anyio.CapacityLimiter, name: str) -> AsyncIterator[None]:
         """Hold a worker of stage ``name``; time the queueing and the work separately."""
         queued = time.perf_counter()
-        async with limiter:
-            started = time.perf_counter()
-            wait = f"{name}_wait_s"
-            setattr(self.metrics, wait, getattr(self.metrics, wait) + started - queued)
-            try:
-                yield
-            finally:
-                busy = f"{name}_s"
-                setattr(self.metrics, busy, getattr(self.metrics, busy) + time.perf_counter() - started)
+        self.metrics.count("queued", name, 1)
+        try:
+            await limiter.acquire()
+        finally:
+            self.metrics.count("queued", name, -1)
+        started = time.perf_counter()
+        wait = f"{name}_wait_s"
+        setattr(self.metrics, wait, getattr(self.metrics, wait) + started - queued)
+        self.metrics.count("busy", name, 1)
+        try:
+            yield
+        finally:
+            self.metrics.count("busy", name, -1)
+            limiter.release()
+            busy = f"{name}_s"
+            setattr(self.metrics, busy, getattr(self.metrics, busy) + time.perf_counter() - started)
 
     async def _release(self, env: EnvInfo, task: Any, broken: bool) -> None:
         """Close the env's MCP sessions, then hand it back to the pool (cleanup hooks, reset or

@@ -13,11 +13,12 @@ from typing import Any
 
 from actors.placement import Actors
 from actors.rollout import Group, RolloutPipeline
+from policies.batch import adoption_samples, rl_samples
 from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
 from policies.replay import check_replay
 from policies.thought import THINK_INSTRUCTIONS, reasoning_text
 from policies.tokens import ChatRecorder
-from policies.types import Trajectory
+from policies.types import TrainSample, Trajectory
 from rewards.tool_reward import trajectory_tool_reward
 from specs.config import RunConfig
 
@@ -119,3 +120,45 @@ def score_tools(trajectories: Sequence[Trajectory], references: Mapping[str, Seq
         t.reward_details["tool"] = trajectory_tool_reward(t, references[t.task_id], success=success).total
         totals.append(t.reward_details["tool"])
     return sum(totals) / len(totals) if totals else 0.0
+
+
+def step_samples(
+    cfg: RunConfig,
+    complete: Sequence[Sequence[Trajectory]],
+    *,
+    scorer: Any,
+    instructions: Mapping[str, str],
+    references: Mapping[str, Sequence[Any]],
+) -> tuple[list[TrainSample], dict[str, float]]:
+    """One step's learner samples from its complete groups, and the reward-family means logged:
+    the reasoning family (``algorithm.reasoning_reward``), the tool family (``algorithm.tool_reward``),
+    then GRPO-family or tool-adoption samples (``algorithm.returns``)."""
+    families: dict[str, float] = {}
+    flat = [t for g in complete for t in g]
+    if scorer is not None:  # the reasoning family: scored in the driver, ~25 ms a trajectory
+        families["reasoning_reward"] = score_reasoning(
+            scorer, flat, instructions, cfg.rollout.reasoning_format
+        )
+    if cfg.algorithm.tool_reward:  # the tool family: MCPDisCo R_tool against reference calls
+        families["tool_reward"] = score_tools(flat, references)
+    algo = cfg.algorithm
+    if algo.returns == "adoption":
+        samples = adoption_samples(
+            complete,
+            max_steps=cfg.rollout.max_turns,
+            lambda_len=algo.adoption_len,
+            lambda_cap=algo.adoption_cap,
+            lambda_mcp=algo.tool_bonus,
+            eps=algo.eps,
+        )
+    else:
+        samples = rl_samples(
+            complete,
+            std_normalize=algo.normalize_std,
+            eps=algo.eps,
+            keep_zero=algo.kl_coef > 0,
+            band=algo.band,
+            reasoning_key="reasoning" if scorer is not None else None,
+            tool_key="tool" if algo.tool_reward else None,
+        )
+    return samples, families

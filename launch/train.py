@@ -23,6 +23,7 @@ import os
 import random
 import sys
 import time
+import typing
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -87,18 +88,19 @@ async def train(cfg: RunConfig) -> int:
     import ray
     from transformers import AutoTokenizer
 
+    from actors.orchestrator import StepOrchestrator
     from actors.placement import publish_weights, start_actors, stop_actors
     from actors.rollout import RolloutPipeline, env_config_resolver
+    from launch.checkpoints import read_progress, resolve_resume
     from launch.episodes import (
         drop_unreplayable,
         episode_limits,
         episode_recorder,
         make_pipeline,
-        score_reasoning,
-        score_tools,
+        step_samples,
     )
     from launch.report import Reporter
-    from policies.batch import adoption_samples, demonstration_samples, rl_samples
+    from policies.batch import demonstration_samples
     from policies.metrics import episode_metrics
     from policies.scripted import ScriptedEngine
     from policies.types import SamplingConfig
@@ -120,7 +122,7 @@ async def train(cfg: RunConfig) -> int:
     env_config_for = env_config_resolver(registry, cfg.env)
     configs = {(c := env_config_for(task)).key(): c for task in [*train_tasks.tasks, *eval_tasks]}
     uses = Counter(env_config_for(task).key() for task in train_tasks.tasks)
-    expert = resolve_import(cfg.domain.expert) if cfg.warmstart.enabled else None
+    expert = resolve_import(cfg.domain.expert) if cfg.warmstart.enabled and cfg.domain.expert else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
     stop_ids = (tokenizer.eos_token_id,)
 
@@ -148,7 +150,9 @@ async def train(cfg: RunConfig) -> int:
             return make_pipeline(cfg, actors, tokenizer, env_config_for, engine_for)
 
         limits = episode_limits(cfg)
-        scorer = ReasoningScorer(fmt=cfg.rollout.reasoning_format) if cfg.algorithm.reasoning_reward else None
+        scorer = None
+        if cfg.algorithm.reasoning_reward:  # RunConfig refuses it without a reasoning format
+            scorer = ReasoningScorer(fmt=typing.cast(Any, cfg.rollout.reasoning_format))
         instructions = {t.instance_id: t.instruction for t in train_tasks.tasks}
         references = {t.instance_id: t.reference_calls for t in train_tasks.tasks}
         eval_limits = msgspec.structs.replace(limits, max_turns=cfg.eval_max_turns)
@@ -170,9 +174,12 @@ async def train(cfg: RunConfig) -> int:
             reporter.log(f"eval/{phase}", step, metrics)
             return metrics
 
-        results = {"base": await evaluate("base", 0)}
+        resume = resolve_resume(cfg.train.resume, cfg.checkpoint_dir)
+        results: dict[str, dict[str, float]] = {}
+        if resume is None:
+            results["base"] = await evaluate("base", 0)
 
-        if cfg.warmstart.enabled:
+        if expert is not None and resume is None:
             started = time.perf_counter()
             with reporter.progress("expert demonstrations", cfg.warmstart.demonstrations) as advance:
                 demo_groups = await pipeline(lambda task: ScriptedEngine(tokenizer, expert, task)).collect(
@@ -206,6 +213,21 @@ async def train(cfg: RunConfig) -> int:
                 reprofile_every=cfg.train.curation_every,
             )
 
+        first_step = 1
+        if resume is not None:  # the learner, the policy served, the task stream and curation
+            progress = read_progress(resume)
+            await actors.learner.load_checkpoint(resume)
+            await publish_weights(actors)
+            train_tasks.position = progress.position
+            if curator is not None and progress.curation is not None:
+                curator.load_state_dict(progress.curation)
+            first_step = progress.step + 1
+            print(
+                f"resumed from {resume}: step {progress.step} done, policy version {progress.version}, "
+                f"task position {progress.position}",
+                flush=True,
+            )
+
         async def profile(step: int) -> None:
             """Gradient-band curation: each task's pass rate over G sampled episodes."""
             assert curator is not None
@@ -230,88 +252,75 @@ async def train(cfg: RunConfig) -> int:
         def curated(task: Any) -> bool:
             return curator is None or bool(curator.trainable([task.instance_id]))
 
-        for step in range(1, cfg.train.steps + 1):
-            await actors.pool.sweep()  # past their time-to-live, or left by dead owners
+        async def prepare(step: int) -> None:  # before a step's tasks are drawn
             if curator is not None and curator.due(step - 1):
                 await profile(step)
-            started = time.perf_counter()
-            rollout = pipeline(lambda task: actors.generator)
-            with reporter.progress(f"step {step} rollout", cfg.rollout.tasks_per_step) as advance:
-                groups = await rollout.collect(
-                    train_tasks.take(cfg.rollout.tasks_per_step, keep=curated),
-                    cfg.rollout.group_size,
-                    sampling,
-                    limits,
-                    advance,
-                )
-            rollout_s = time.perf_counter() - started
-            trajectories = [t for g in groups for t in g.trajectories]
-            reporter.write_trajectories(f"step_{step:04d}", trajectories, tokenizer)
-            if cfg.rollout.observation_rule is not None:  # train only on contexts the log rebuilds
-                replay_lost = drop_unreplayable(groups, lambda: episode_recorder(cfg, tokenizer))
-                for _ in range(replay_lost):
-                    rollout.metrics.lose("replay_mismatch")
-            complete = [g.trajectories for g in groups if g.dropped is None]
-            if not complete:  # systemic, not one bad trajectory: stop rather than train on nothing
-                raise RuntimeError(
-                    f"step {step}: every group was lost ({rollout.metrics.lost}); see the log above"
-                )
-            families: dict[str, float] = {}
-            flat = [t for g in complete for t in g]
-            if scorer is not None:  # the reasoning family: scored in the driver, ~25 ms a trajectory
-                families["reasoning_reward"] = score_reasoning(
-                    scorer, flat, instructions, cfg.rollout.reasoning_format
-                )
-            if cfg.algorithm.tool_reward:  # the tool family: MCPDisCo R_tool against reference calls
-                families["tool_reward"] = score_tools(flat, references)
-            if cfg.algorithm.returns == "adoption":
-                samples = adoption_samples(
-                    complete,
-                    max_steps=cfg.rollout.max_turns,
-                    lambda_len=cfg.algorithm.adoption_len,
-                    lambda_cap=cfg.algorithm.adoption_cap,
-                    lambda_mcp=cfg.algorithm.tool_bonus,
-                    eps=cfg.algorithm.eps,
-                )
-            else:
-                samples = rl_samples(
-                    complete,
-                    std_normalize=cfg.algorithm.normalize_std,
-                    eps=cfg.algorithm.eps,
-                    keep_zero=cfg.algorithm.kl_coef > 0,
-                    band=cfg.algorithm.band,
-                    reasoning_key="reasoning" if scorer is not None else None,
-                    tool_key="tool" if cfg.algorithm.tool_reward else None,
-                )
-            started = time.perf_counter()
-            update: dict[str, float] = {}
-            for _ in range(cfg.learner.epochs_per_step if samples else 0):
-                update = await actors.learner.train_step(samples)
-            update_s = time.perf_counter() - started
-            started = time.perf_counter()
-            if samples:
-                await publish_weights(actors)
-            sync_s = time.perf_counter() - started
-            generated = sum(t.num_generated_tokens for t in trajectories)
-            m = rollout.metrics
-            metrics = {
-                **episode_metrics([t for g in complete for t in g]),
-                **families,
-                **{k: float(v) for k, v in update.items()},
-                "samples": float(len(samples)),
-                "gen_tok_s": generated / rollout_s if rollout_s else 0.0,
-                "rollout_s": rollout_s,
-                "update_s": update_s,
-                "sync_s": sync_s,
-                **{f"stage_{k}": v for k, v in msgspec.structs.asdict(m).items() if k.endswith("_s")},
-                "max_live_envs": float(m.max_live_envs),
-                "groups_dropped": float(m.groups_dropped),
-                "retried": float(m.retried),
-                **{f"lost_{cause}": float(n) for cause, n in m.lost.items()},
-            }
-            reporter.log("train", step, metrics)
-            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
-                await evaluate(f"step{step}", step)
+
+        steps = max(cfg.train.steps - first_step + 1, 0)
+        with reporter.progress("rollout groups", steps * cfg.rollout.tasks_per_step) as advance:
+            orchestrator = StepOrchestrator(
+                pipeline=lambda: pipeline(lambda task: actors.generator),
+                draw=lambda step: train_tasks.take(cfg.rollout.tasks_per_step, keep=curated),
+                position=lambda: train_tasks.position,
+                version=actors.generator.get_version,
+                group_size=cfg.rollout.group_size,
+                sampling=sampling,
+                limits=limits,
+                max_staleness=cfg.staleness,
+                prepare=prepare,
+                on_group=lambda step, group: advance(),
+            )
+            last = time.perf_counter()
+            async with orchestrator.run(first_step, cfg.train.steps) as rollouts:
+                async for rollout in rollouts:
+                    step = rollout.step
+                    await actors.pool.sweep()  # past their time-to-live, or left by dead owners
+                    groups, m = rollout.groups, rollout.pipeline.metrics
+                    trajectories = [t for g in groups for t in g.trajectories]
+                    reporter.write_trajectories(f"step_{step:04d}", trajectories, tokenizer)
+                    learner_version = await actors.learner.get_version()
+                    orchestrator.drop_stale(rollout, learner_version)
+                    if cfg.rollout.observation_rule is not None:  # train only on contexts the log rebuilds
+                        for _ in range(drop_unreplayable(groups, lambda: episode_recorder(cfg, tokenizer))):
+                            m.lose("replay_mismatch")
+                    complete = [g.trajectories for g in groups if g.dropped is None]
+                    if not complete:  # systemic, not one bad trajectory: stop rather than train on nothing
+                        raise RuntimeError(f"step {step}: every group was lost ({m.lost}); see the log above")
+                    samples, families = step_samples(
+                        cfg, complete, scorer=scorer, instructions=instructions, references=references
+                    )
+                    started = time.perf_counter()
+                    update: dict[str, float] = {}
+                    for _ in range(cfg.learner.epochs_per_step if samples else 0):
+                        update = await actors.learner.train_step(samples)
+                    update_s = time.perf_counter() - started
+                    started = time.perf_counter()
+                    if samples:
+                        await publish_weights(actors)
+                    sync_s = time.perf_counter() - started
+                    orchestrator.completed(step)  # the next steps may start sampling
+                    versions = [v for ts in complete for t in ts for v in t.versions]
+                    now = time.perf_counter()
+                    metrics = {
+                        **episode_metrics([t for g in complete for t in g]),
+                        **families,
+                        **{k: float(v) for k, v in update.items()},
+                        "samples": float(len(samples)),
+                        "gen_tok_s": sum(t.num_generated_tokens for t in trajectories) / rollout.rollout_s,
+                        "step_s": now - last,
+                        "rollout_s": rollout.rollout_s,
+                        "gate_wait_s": rollout.waited_s,
+                        "update_s": update_s,
+                        "sync_s": sync_s,
+                        "staleness_max": float(learner_version - min(versions, default=learner_version)),
+                        **m.as_metrics(),
+                    }
+                    last = now
+                    reporter.log("train", step, metrics)
+                    if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
+                        await save_step_checkpoint(actors, cfg, step, rollout.position, curator, run_id)
+                    if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
+                        await evaluate(f"step{step}", step)
 
         results["final"] = await evaluate("final", cfg.train.steps)
         await actors.learner.save_checkpoint(cfg.checkpoint_dir)
@@ -335,3 +344,24 @@ def _summary_line(results: dict[str, dict[str, float]]) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+async def save_step_checkpoint(
+    actors: Any, cfg: RunConfig, step: int, position: int, curator: Any, run_id: str
+) -> str:
+    """``<checkpoint_dir>/step-NNNN``: the learner's state, then ``progress.json`` (which makes the
+    checkpoint complete); older step checkpoints beyond ``train.keep_checkpoints`` are removed."""
+    from launch.checkpoints import Progress, prune, step_dir, write_progress
+
+    directory = step_dir(cfg.checkpoint_dir, step)
+    await actors.learner.save_checkpoint(directory)
+    progress = Progress(
+        step=step,
+        version=await actors.learner.get_version(),
+        position=position,
+        curation=curator.state_dict() if curator is not None else None,
+        run_id=run_id,
+    )
+    write_progress(directory, progress)
+    prune(cfg.checkpoint_dir, cfg.train.keep_checkpoints)
+    return directory

@@ -343,6 +343,14 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Re-profile every N steps; ``null``: profile once, before the first step."""
     curation_pool: int | None = None
     """Profile and train on only the first N training tasks (profiling costs N x G episodes)."""
+    checkpoint_every: int = 0
+    """Checkpoint every N steps under ``<checkpoint_dir>/step-NNNN`` (learner state, policy version,
+    task-stream position, curation state); 0: only the final checkpoint."""
+    keep_checkpoints: int = 2
+    """Step checkpoints kept (the oldest are removed)."""
+    resume: str | None = None
+    """Resume from a step checkpoint directory, or ``auto``: the latest one under checkpoint_dir
+    (a fresh start if there is none). The run continues at the next step with the same data order."""
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.eval_every < 0 or self.eval_tasks_limit < 1:
@@ -351,6 +359,8 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError("train.curation_samples must be >= 0 and train.curation_pool >= 1 (or null)")
         if self.curation_every is not None and self.curation_every < 1:
             raise ValueError("train.curation_every must be >= 1, or null to profile once")
+        if self.checkpoint_every < 0 or self.keep_checkpoints < 1:
+            raise ValueError("train.checkpoint_every must be >= 0 and train.keep_checkpoints >= 1")
         low, high = self.curation_band
         if not 0 <= low < high <= 1:
             raise ValueError(
@@ -401,8 +411,14 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Supervised warm start."""
     train: TrainConfig = msgspec.field(default_factory=TrainConfig)
     """Training loop."""
-    placement: Literal["colocated"] = "colocated"
-    """``colocated``: generator and learner share devices and alternate."""
+    placement: Literal["colocated", "async"] = "colocated"
+    """``colocated``: generator and learner share devices and alternate (on GPU the engine sleeps
+    while the learner trains). ``async``: they run at once on separate devices (separate processes
+    on CPU); rollouts of the next step are sampled while the learner trains, at most
+    ``max_staleness`` policy versions old (``actors/orchestrator.py``)."""
+    max_staleness: int = 1
+    """``async`` only: how many policy versions behind the learner a trained turn may be
+    (1: one-step off-policy). Colocated is 0 by construction."""
     wandb: WandbConfig = msgspec.field(default_factory=WandbConfig)
     """Weights & Biases logging."""
     ray: RayConfig = msgspec.field(default_factory=RayConfig)
@@ -420,6 +436,8 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
                 "algorithm.reasoning_reward and algorithm.surgery need rollout.reasoning_format "
                 "(think or harmony): without explicit reasoning there is no reasoning family to score"
             )
+        if self.max_staleness < 0:
+            raise ValueError("max_staleness must be >= 0 (0 makes async placement alternate like colocated)")
         if self.algorithm.tool_reward and self.algorithm.returns != "outcome":
             raise ValueError(
                 "algorithm.tool_reward needs algorithm.returns: outcome (adoption returns are built "
@@ -435,6 +453,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     def run_dir(self) -> str:
         """``<output_dir>/<run_name>``."""
         return os.path.join(self.output_dir, self.run_name)
+
+    @property
+    def staleness(self) -> int:
+        """The staleness bound the orchestrator enforces: 0 when colocated."""
+        return self.max_staleness if self.placement == "async" else 0
 
     @property
     def checkpoint_dir(self) -> str:

@@ -286,19 +286,25 @@ def test_sft_step_lowers_the_nll_of_a_demonstration(model_dir: str) -> None:
     assert {g["lr"] for g in learner._optimizer.param_groups} == {1e-6}  # the RL lr is back
 
 
-def test_checkpoint_round_trip_restores_version_weights_and_optimizer(model_dir: str, tmp_path: Path) -> None:
+def test_checkpoint_round_trip_restores_version_weights_optimizer_and_rng(model_dir: str, tmp_path: Path) -> None:
     learner = _learner(model_dir)
     learner.train_step(_batch())
     saved = _weights(learner)
     learner.save_checkpoint(str(tmp_path / "ckpt"))
+    draw = torch.rand(4)  # the RNG stream right after the checkpoint
     learner.train_step(_batch())
     assert _max_diff(saved, _weights(learner)) > 1e-3
+    continued = _weights(learner)
 
     fresh = _learner(model_dir)
     fresh.load_checkpoint(str(tmp_path / "ckpt"))
+    assert torch.equal(torch.rand(4), draw)
     assert fresh.version == 1
     assert _max_diff(saved, _weights(fresh)) == 0.0
     assert {int(s["step"]) for s in fresh._optimizer.state.values()} == {1}
+    # Resuming continues exactly: the same next step gives the same weights (optimizer moments too).
+    fresh.train_step(_batch())
+    assert _max_diff(continued, _weights(fresh)) == 0.0 and fresh.version == 2
 
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt" / "hf"), dtype=torch.float32)
     assert _max_diff(saved, hf.state_dict()) == 0.0
