@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from actors.remote import AsyncProxy, remote_class
+from actors.supervisor import SupervisedGenerator
 from specs.config import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class Actors(msgspec.Struct, kw_only=True):
     learner: Any
     handles: list[Any]
     weights_dir: str
+    latest_weights: tuple[int, str] | None = None
+    """The last published ``(version, file)``: kept so a restarted generator can be re-synced."""
 
 
 def start_actors(
@@ -64,7 +67,8 @@ def start_actors(
     )
     gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
     evaluator = remote_class(Evaluator, **here).remote(hook_modules=cfg.domain.hook_modules)
-    generator = remote_generator(**here).remote(
+    # A dead engine process is restarted by Ray; SupervisedGenerator re-syncs its weights.
+    generator = remote_generator(max_restarts=cfg.generator.max_restarts, max_task_retries=0, **here).remote(
         model_path=cfg.model.path,
         dtype=cfg.model.dtype,
         max_model_len=cfg.generator.max_model_len,
@@ -90,15 +94,17 @@ def start_actors(
         )
         handles.append(trainer)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    return Actors(
+    actors = Actors(
         pool=AsyncProxy(pool),
         gateway=AsyncProxy(gateway),
         evaluator=AsyncProxy(evaluator),
-        generator=AsyncProxy(generator),
+        generator=None,
         learner=AsyncProxy(trainer) if trainer is not None else None,
         handles=handles,
         weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-", dir=shm),
     )
+    actors.generator = SupervisedGenerator(AsyncProxy(generator), lambda: actors.latest_weights)
+    return actors
 
 
 def _this_node() -> Any:
@@ -113,10 +119,10 @@ async def publish_weights(actors: Actors) -> int:
     version: int = await actors.learner.get_version()
     path = os.path.join(actors.weights_dir, f"weights-v{version}.safetensors")
     await actors.learner.export_weights(path)
-    try:
-        await actors.generator.update_weights(version, path)
-    finally:
-        os.unlink(path)
+    previous, actors.latest_weights = actors.latest_weights, (version, path)
+    if previous is not None and previous[1] != path:
+        os.unlink(previous[1])  # one copy kept: what a restarted generator is re-synced to
+    await actors.generator.update_weights(version, path)
     return version
 
 

@@ -186,10 +186,15 @@ class GeneratorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Most sequences vLLM batches at once."""
     gpu_memory_utilization: float = 0.4
     """Share of GPU memory vLLM may take (GPU only); the rest stays for the colocated learner."""
+    max_restarts: int = 3
+    """How often Ray restarts a dead generator process (re-synced to the latest weights before it
+    serves again; the episodes it was serving are retried)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError("generator.gpu_memory_utilization must be in (0, 1]")
+        if self.max_restarts < 0:
+            raise ValueError("generator.max_restarts must be >= 0")
 
 
 class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
