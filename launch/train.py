@@ -316,9 +316,11 @@ async def train(cfg: RunConfig) -> int:
                         **m.as_metrics(),
                     }
                     last = now
-                    reporter.log("train", step, metrics)
                     if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
                         await save_step_checkpoint(actors, cfg, step, rollout.position, curator, run_id)
+                    reporter.log(
+                        "train", step, metrics
+                    )  # after the checkpoint: a resumed run logs each step once
                     if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
                         await evaluate(f"step{step}", step)
 
@@ -342,10 +344,6 @@ def _summary_line(results: dict[str, dict[str, float]]) -> str:
     return "train: " + " ".join(parts)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 async def save_step_checkpoint(
     actors: Any, cfg: RunConfig, step: int, position: int, curator: Any, run_id: str
 ) -> str:
@@ -365,3 +363,7 @@ async def save_step_checkpoint(
     write_progress(directory, progress)
     prune(cfg.checkpoint_dir, cfg.train.keep_checkpoints)
     return directory
+
+
+if __name__ == "__main__":
+    sys.exit(main())
