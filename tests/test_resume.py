@@ -1,0 +1,95 @@
+"""Kill a training run after a step checkpoint, resume it: same data order, no step repeated or
+skipped, the learner continues from its saved version (launch/train.py, real actors, CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launch.checkpoints import complete_steps, read_progress
+from launch.train import TaskStream
+from specs.task import load_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = REPO / "specs" / "domains" / "calculator" / "tasks" / "train.json"
+
+
+def command(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "launch/train.py",
+        f"output_dir={tmp_path}",
+        "run_name=resume",
+        "placement=async",
+        "warmstart.enabled=false",
+        "train.steps=3",
+        "train.checkpoint_every=1",
+        "train.eval_tasks_limit=1",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_turns=1",
+        "rollout.max_new_tokens=16",
+        "wandb.mode=disabled",
+        *extra,
+    ]
+
+
+def trained_steps(run_dir: Path) -> list[int]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [record["step"] for record in map(json.loads, lines) if record["phase"] == "train"]
+
+
+def step_tasks(run_dir: Path, step: int) -> list[str]:
+    path = run_dir / "trajectories" / f"step_{step:04d}.jsonl"
+    return sorted({json.loads(line)["task_id"] for line in path.read_text().splitlines()})
+
+
+def test_a_killed_run_resumes_at_the_next_step_with_the_same_data_order(tmp_path: Path) -> None:
+    run_dir = tmp_path / "resume"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        command(tmp_path), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not any(step >= 2 for step, _ in complete_steps(str(run_dir / "checkpoint"))):
+            assert first.poll() is None, first.communicate()[0].decode()[-3000:]
+            assert time.monotonic() < deadline, "no step-2 checkpoint within 10 minutes"
+            time.sleep(0.5)
+        first.send_signal(signal.SIGINT)  # killed while step 3 is sampling (or training)
+        output = first.communicate(timeout=300)[0].decode()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode in (0, 130), output[-3000:]
+    latest = complete_steps(str(run_dir / "checkpoint"))[-1][1]
+    killed_at = read_progress(latest).step
+    assert killed_at >= 2
+
+    resumed = subprocess.run(
+        command(tmp_path, "train.resume=auto"), cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert f"resumed from {latest}: step {killed_at} done" in resumed.stdout
+
+    # Each step trained (and logged) once, in order, across the two processes: a step the kill
+    # interrupted before its checkpoint is trained by the resumed run only.
+    assert trained_steps(run_dir) == [1, 2, 3]
+    # The data order is the seeded stream's, as if never interrupted.
+    stream = TaskStream(load_tasks(TASKS), seed=0)
+    for step in (1, 2, 3):
+        assert step_tasks(run_dir, step) == sorted(t.instance_id for t in stream.take(2))
+    final = read_progress(complete_steps(str(run_dir / "checkpoint"))[-1][1])
+    assert final.step == 3 and final.position == 6
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
