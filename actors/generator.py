@@ -98,12 +98,15 @@ class VllmEngine:
         gpu_memory_utilization: float = 0.4,
         seed: int = 0,
         request_timeout_s: float = 600.0,
+        sleep_mode: bool = False,
     ) -> None:
         self.version = 0
         self.model_path = model_path
         self.max_model_len = max_model_len
         self.device = "cuda" if on_gpu() else "cpu"
         self._timeout_s = request_timeout_s
+        self._sleep_mode = sleep_mode
+        self._asleep = False
         self._base_names = checkpoint_names(model_path)
         self._in_flight = 0
         self._busy_since = 0.0
@@ -121,7 +124,7 @@ class VllmEngine:
         # Memory: on CPU the KV cache is sized explicitly (what VLLM_CPU_KVCACHE_SPACE sets, and
         # that variable still wins when present); on GPU vLLM takes a share of device memory.
         memory: dict[str, Any] = (
-            {"gpu_memory_utilization": gpu_memory_utilization}
+            {"gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": sleep_mode}
             if self.device == "cuda"
             else {"kv_cache_memory_bytes": kv_cache_gib * 2**30}
         )
@@ -207,21 +210,23 @@ class VllmEngine:
             raise WeightUpdateError(f"update to version {version} refused: {exc}") from exc
         held = self._held = anyio.Event()
         try:
-            await self._drain(version, self._timeout_s if drain_timeout_s is None else drain_timeout_s)
+            await self._drain(
+                f"update to version {version}",
+                self._timeout_s if drain_timeout_s is None else drain_timeout_s,
+            )
             await self._reload(llm, version, path)
         finally:
             self._held = None
             held.set()
 
-    async def _drain(self, version: int, timeout_s: float) -> None:
+    async def _drain(self, what: str, timeout_s: float) -> None:
         if self._in_flight:
             self._idle = anyio.Event()
             with anyio.move_on_after(timeout_s):
                 await self._idle.wait()
         if self._in_flight:
             raise WeightUpdateError(
-                f"update to version {version} refused: {self._in_flight} request(s) still in flight "
-                f"after {timeout_s:g} s"
+                f"{what} refused: {self._in_flight} request(s) still in flight after {timeout_s:g} s"
             )
 
     async def _reload(self, llm: AsyncLLM, version: int, path: str) -> None:
@@ -244,6 +249,33 @@ class VllmEngine:
         self._update_s += time.perf_counter() - start
         self._counts["weight_updates"] += 1
         self.version = version
+
+    async def sleep(self) -> None:
+        """Colocated on a GPU: hand the device memory to the learner (vLLM sleep level 1: weights
+        to host memory, KV cache dropped) once the requests in flight are done; new ones wait for
+        ``wake_up``. On CPU, or without ``sleep_mode``, only the hold applies."""
+        if self._held is not None:
+            raise GeneratorError(f"engine {self.model_path}: sleep() while an update or a sleep holds it")
+        self._held, self._asleep = anyio.Event(), True
+        try:
+            await self._drain("sleep", self._timeout_s)
+            if self.device == "cuda" and self._sleep_mode:
+                await self._live().sleep(level=1)
+        except BaseException:
+            await self.wake_up()
+            raise
+
+    async def wake_up(self) -> None:
+        """Undo ``sleep``: device memory back to the engine, held requests go."""
+        held = self._held
+        if held is None or not self._asleep:
+            return
+        try:
+            if self.device == "cuda" and self._sleep_mode:
+                await self._live().wake_up()
+        finally:
+            self._held, self._asleep = None, False
+            held.set()
 
     def stats(self) -> GeneratorStats:
         """Counters since start; tokens/s over a phase is the difference of two snapshots."""
@@ -308,6 +340,12 @@ class GeneratorActor:
 
     async def get_version(self) -> int:
         return self._engine.version
+
+    async def sleep(self) -> None:
+        await self._engine.sleep()
+
+    async def wake_up(self) -> None:
+        await self._engine.wake_up()
 
     async def stats(self) -> GeneratorStats:
         return self._engine.stats()

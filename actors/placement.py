@@ -1,19 +1,29 @@
 """Placement: which actors exist, where they run, and how weights move between them.
 
-``colocated`` (the only placement so far): the Generator and the Learner share the node's devices
-and alternate: the rollout phase generates, then the learner updates, then the new weights go to
-the generator before the next rollout. Weights travel as one safetensors file in shared memory
-(``/dev/shm``), which both actors see because colocated actors live on one node. ``async``
-placement (separate devices, bounded staleness) plugs in here without touching the loop's callers.
+Two placements, one training loop (``actors/orchestrator.py`` runs both; they differ by the
+staleness bound and by devices):
+
+- ``colocated``: the Generator and the Learner share the devices and alternate. On a GPU both
+  actors sit in one placement-group bundle of one GPU (half each, as Ray counts), and the engine
+  sleeps while the learner trains (vLLM sleep mode: weights to host memory, KV cache freed), so the
+  learner gets the device's memory; weights then go to the woken engine.
+- ``async``: generation and training run at once on separate devices, a placement group of two
+  one-GPU bundles on one node (STRICT_PACK), the generator on the first and the learner on the
+  second; on CPU they are separate processes on the same cores.
+
+Weights travel as one safetensors file in shared memory (``/dev/shm``); both actors are on one node
+(the driver's on CPU, the placement group's on GPU). The last file is kept until the next one, so a
+restarted generator can be re-synced (``actors/supervisor.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -37,6 +47,41 @@ class Actors(msgspec.Struct, kw_only=True):
     weights_dir: str
     latest_weights: tuple[int, str] | None = None
     """The last published ``(version, file)``: kept so a restarted generator can be re-synced."""
+    placement_group: Any = None
+    """The GPU placement group, removed at shutdown (``None`` on CPU)."""
+    sleep_while_training: bool = False
+
+
+class DevicePlan(msgspec.Struct, frozen=True, kw_only=True):
+    """GPUs of the generator and the learner and the placement-group bundles they use (none on CPU)."""
+
+    bundles: tuple[dict[str, float], ...] = ()
+    generator_gpus: float = 0.0
+    learner_gpus: float = 0.0
+    generator_bundle: int = 0
+    learner_bundle: int = 0
+    sleep_while_training: bool = False
+    """Colocated on a GPU: the engine sleeps while the learner trains."""
+
+
+def device_plan(placement: str, gpus: float, *, learner: bool = True) -> DevicePlan:
+    """Where the generator and learner run, given the cluster's GPU count (0: CPU only)."""
+    if gpus <= 0:
+        return DevicePlan()
+    if not learner:  # an evaluation: the engine alone on one GPU
+        return DevicePlan(bundles=({"GPU": 1.0},), generator_gpus=1.0)
+    if placement == "colocated":
+        return DevicePlan(
+            bundles=({"GPU": 1.0},), generator_gpus=0.5, learner_gpus=0.5, sleep_while_training=True
+        )
+    if gpus < 2:
+        raise ValueError(
+            f"placement: async needs 2 GPUs (one generates while the other trains), the cluster has "
+            f"{gpus:g}; use placement: colocated"
+        )
+    return DevicePlan(
+        bundles=({"GPU": 1.0}, {"GPU": 1.0}), generator_gpus=1.0, learner_gpus=1.0, learner_bundle=1
+    )
 
 
 def start_actors(
@@ -45,6 +90,8 @@ def start_actors(
     """Create every actor of the run (Ray must be initialised). ``control_tokens``: the model's
     special tokens, which the gateway escapes in every tool observation; ``learner=False`` (an
     evaluation) leaves the learner out (``Actors.learner`` is then ``None``)."""
+    import ray
+
     from actors.env_pool import remote_env_pool
     from actors.evaluator import Evaluator
     from actors.generator import remote_generator
@@ -52,7 +99,7 @@ def start_actors(
     from actors.mcp_gateway_actor import remote_mcp_gateway
     from actors.provisioners.base import make_provisioner
 
-    # Colocated means one node: the pool's environments, the gateway's server processes, the
+    # The driver's node: the pool's environments, the gateway's server processes, the
     # evaluator's view of them and the weights file in /dev/shm are all local to the driver's node.
     here = {"scheduling_strategy": _this_node()}
     pool = remote_env_pool(
@@ -66,9 +113,13 @@ def start_actors(
         ray_options=here,
     )
     gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
+    plan = device_plan(cfg.placement, ray.cluster_resources().get("GPU", 0.0), learner=learner)
+    group, on_device = _device_options(plan)
     evaluator = remote_class(Evaluator, **here).remote(hook_modules=cfg.domain.hook_modules)
     # A dead engine process is restarted by Ray; SupervisedGenerator re-syncs its weights.
-    generator = remote_generator(max_restarts=cfg.generator.max_restarts, max_task_retries=0, **here).remote(
+    generator = remote_generator(
+        max_restarts=cfg.generator.max_restarts, max_task_retries=0, **on_device("generator")
+    ).remote(
         model_path=cfg.model.path,
         dtype=cfg.model.dtype,
         max_model_len=cfg.generator.max_model_len,
@@ -77,6 +128,7 @@ def start_actors(
         max_num_seqs=cfg.generator.max_num_seqs,
         gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
         seed=cfg.seed,
+        sleep_mode=plan.sleep_while_training,
     )
     handles = [pool, gateway, evaluator, generator]
     trainer = None
@@ -84,7 +136,7 @@ def start_actors(
         # Ray gives a zero-CPU actor OMP_NUM_THREADS=1; the colocated learner owns the node's cores
         # while it trains (generation is idle then), so it gets them all.
         threads = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}
-        trainer = remote_learner(runtime_env={"env_vars": threads}, **here).remote(
+        trainer = remote_learner(runtime_env={"env_vars": threads}, **on_device("learner")).remote(
             cfg.model.path,
             cfg.learner,
             cfg.algorithm,
@@ -102,9 +154,46 @@ def start_actors(
         learner=AsyncProxy(trainer) if trainer is not None else None,
         handles=handles,
         weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-", dir=shm),
+        placement_group=group,
+        sleep_while_training=plan.sleep_while_training,
     )
     actors.generator = SupervisedGenerator(AsyncProxy(generator), lambda: actors.latest_weights)
     return actors
+
+
+def _device_options(plan: DevicePlan) -> tuple[Any, Any]:
+    """The placement group of ``plan`` (``None`` on CPU) and ``role -> Ray options``."""
+    if not plan.bundles:
+        here = {"scheduling_strategy": _this_node()}
+        return None, lambda role: dict(here)
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = placement_group(list(plan.bundles), strategy="STRICT_PACK")
+    ray.get(group.ready(), timeout=600)
+
+    def options(role: str) -> dict[str, Any]:
+        bundle = plan.generator_bundle if role == "generator" else plan.learner_bundle
+        gpus = plan.generator_gpus if role == "generator" else plan.learner_gpus
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=bundle)
+        return {"num_gpus": gpus, "scheduling_strategy": strategy}
+
+    return group, options
+
+
+@contextlib.asynccontextmanager
+async def training_phase(actors: Actors) -> AsyncIterator[None]:
+    """Around a learner update: colocated on a GPU the engine sleeps (its memory to the learner)
+    and wakes after; otherwise nothing."""
+    if not actors.sleep_while_training:
+        yield
+        return
+    await actors.generator.sleep()
+    try:
+        yield
+    finally:
+        await actors.generator.wake_up()
 
 
 def _this_node() -> Any:
@@ -137,4 +226,8 @@ async def stop_actors(actors: Actors) -> None:
             logger.warning("shutdown of %s failed", name, exc_info=True)
     for handle in actors.handles:
         ray.kill(handle)
+    if actors.placement_group is not None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(actors.placement_group)
     shutil.rmtree(actors.weights_dir, ignore_errors=True)

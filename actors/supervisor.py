@@ -88,6 +88,13 @@ class SupervisedGenerator:
         version: int = await self._proxy.get_version()
         return version
 
+    async def sleep(self) -> None:
+        await self._wait_synced()
+        await self._proxy.sleep()
+
+    async def wake_up(self) -> None:
+        await self._proxy.wake_up()
+
     async def stats(self) -> Any:
         return await self._proxy.stats()
 

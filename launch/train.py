@@ -89,7 +89,7 @@ async def train(cfg: RunConfig) -> int:
     from transformers import AutoTokenizer
 
     from actors.orchestrator import StepOrchestrator
-    from actors.placement import publish_weights, start_actors, stop_actors
+    from actors.placement import publish_weights, start_actors, stop_actors, training_phase
     from actors.rollout import RolloutPipeline, env_config_resolver
     from launch.checkpoints import read_progress, resolve_resume
     from launch.episodes import (
@@ -193,15 +193,15 @@ async def train(cfg: RunConfig) -> int:
                 raise RuntimeError("warm start: the expert produced no successful demonstration")
             rng = random.Random(cfg.seed)
             batch = cfg.warmstart.batch_size
-            for epoch in range(cfg.warmstart.epochs):
-                rng.shuffle(demos)
-                with reporter.progress(f"warm start epoch {epoch + 1}", len(demos)) as advance:
-                    for i in range(0, len(demos), batch):
-                        stats = await actors.learner.sft_step(demos[i : i + batch], cfg.warmstart.lr)
-                        advance(n=len(demos[i : i + batch]))
-                reporter.log(
-                    "warmstart", epoch + 1, {"loss": stats["loss"], "update_s": time.perf_counter() - started}
-                )
+            async with training_phase(actors):
+                for epoch in range(cfg.warmstart.epochs):
+                    rng.shuffle(demos)
+                    with reporter.progress(f"warm start epoch {epoch + 1}", len(demos)) as advance:
+                        for i in range(0, len(demos), batch):
+                            stats = await actors.learner.sft_step(demos[i : i + batch], cfg.warmstart.lr)
+                            advance(n=len(demos[i : i + batch]))
+                    update_s = time.perf_counter() - started
+                    reporter.log("warmstart", epoch + 1, {"loss": stats["loss"], "update_s": update_s})
             await publish_weights(actors)
             results["warmstart"] = await evaluate("warmstart", 0)
 
@@ -291,8 +291,9 @@ async def train(cfg: RunConfig) -> int:
                     )
                     started = time.perf_counter()
                     update: dict[str, float] = {}
-                    for _ in range(cfg.learner.epochs_per_step if samples else 0):
-                        update = await actors.learner.train_step(samples)
+                    async with training_phase(actors):  # colocated on a GPU: the engine sleeps
+                        for _ in range(cfg.learner.epochs_per_step if samples else 0):
+                            update = await actors.learner.train_step(samples)
                     update_s = time.perf_counter() - started
                     started = time.perf_counter()
                     if samples:

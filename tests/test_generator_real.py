@@ -206,6 +206,24 @@ async def test_a_weight_update_that_cannot_drain_in_time_changes_nothing(
     assert engine.version == version
 
 
+async def test_sleep_holds_new_turns_until_wake_up(engine: VllmEngine, tokenizer: Any) -> None:
+    # Colocated placement: while the learner trains the engine serves nothing (on a GPU it also
+    # hands its memory over: tests/test_gpu.py).
+    await engine.sleep()
+    done: list[Any] = []
+
+    async def turn() -> None:
+        done.append(await engine.generate(_prompt(tokenizer, "Say hi."), SamplingConfig(max_tokens=4)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(30):
+            await anyio.wait_all_tasks_blocked()
+        assert done == []
+        await engine.wake_up()
+    assert len(done) == 1 and len(done[0].token_ids) <= 4
+
+
 async def test_sampled_logprobs_equal_the_learner_before_any_update(
     engine: VllmEngine, tokenizer: Any, learner: Any
 ) -> None:

@@ -47,3 +47,55 @@ async def test_on_gpu_a_learner_update_reaches_vllm_and_logprobs_agree(model_dir
         assert _mean_abs(turn.logprobs, _learner_logprobs(learner, prompt, turn)) < BF16_AGREE
     finally:
         await engine.shutdown()
+
+
+async def test_on_gpu_a_sleeping_engine_hands_its_memory_over_and_wakes_up_the_same(model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from actors.generator import VllmEngine
+    from tests.test_generator_real import _sea_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    engine = VllmEngine(
+        str(model_dir), dtype="bfloat16", max_model_len=1024, gpu_memory_utilization=0.3, sleep_mode=True
+    )
+    try:
+        prompt = _sea_prompt(tokenizer)
+        greedy = SamplingConfig(max_tokens=16, temperature=0.0)
+        before = await engine.generate(prompt, greedy)
+        free_awake = torch.cuda.mem_get_info()[0]
+        await engine.sleep()
+        free_asleep = torch.cuda.mem_get_info()[0]
+        # The KV cache (most of 0.3 of the device) and the weights left the device.
+        assert free_asleep - free_awake > 0.2 * torch.cuda.mem_get_info()[1]
+        await engine.wake_up()
+        after = await engine.generate(prompt, greedy)
+        assert after.token_ids == before.token_ids
+    finally:
+        await engine.shutdown()
+
+
+def test_on_gpu_the_demo_trains_colocated_with_the_engine_asleep_during_updates(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "launch/train.py",
+            f"output_dir={tmp_path}",
+            "model.dtype=bfloat16",
+            "train.steps=2",
+            "train.eval_tasks_limit=4",
+            "warmstart.demonstrations=16",
+            "warmstart.epochs=1",
+            "wandb.mode=disabled",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    assert "train: base_success=" in run.stdout
