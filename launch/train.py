@@ -7,12 +7,10 @@ It reads top to bottom. Parse the config (no ML import before that, so a bad con
 answers at once); start Ray (in-process, or the cluster named by ``ray.address`` / ``RAY_ADDRESS``)
 and the actors; measure the base policy greedily on the eval split; warm-start on expert
 demonstrations that ran through the very same pipeline (environments, gateway, token recording);
-then RL steps: roll out groups, normalise rewards within each group, one learner update, weights
-to the generator; measure again; checkpoint; shut everything down in ``finally``.
-
-Left out so far, on purpose: async placement and bounded staleness, group retries on fresh
-environments (a group that loses a member is dropped whole), sandboxed backends, the seeds'
-disentangled rewards and gradient surgery. Each plugs in behind an existing seam.
+then RL steps through the orchestrator (``actors/orchestrator.py``: colocated alternates, async
+samples the next step while this one trains): each step's groups are scored, normalised within
+each group, trained on, and the new weights go to the generator; step checkpoints on a schedule
+(``train.resume`` continues from one); measure again; shut everything down in ``finally``.
 """
 
 from __future__ import annotations
