@@ -18,6 +18,7 @@ import msgspec
 import yaml
 
 from policies.observations import ObservationRule
+from specs.algorithm import GrpoConfig
 from specs.errors import SpecError, raise_all, split_validation_error
 
 
@@ -222,94 +223,6 @@ class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ValueError(f"learner.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.lr <= 0 or self.micro_batch_size < 1 or self.epochs_per_step < 1:
             raise ValueError("learner.lr must be > 0, micro_batch_size and epochs_per_step >= 1")
-
-
-class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The GRPO family. ``type`` picks the defaults of the fields left ``null``:
-
-    | type | advantage | loss aggregation | group filter |
-    | --- | --- | --- | --- |
-    | ``grpo`` | (r - mean) / std | seq-mean-token-mean | none |
-    | ``dr_grpo`` | r - mean | seq-mean-token-sum (L = rollout.max_context_tokens) | none |
-    | ``dapo`` | (r - mean) / std | token-mean | drop all-fail / all-pass groups |
-    """
-
-    type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
-    """Algorithm of the GRPO family (see the table above)."""
-    clip_low: float = 0.2
-    """PPO ratio clip below 1 (ratio >= 1 - clip_low)."""
-    clip_high: float = 0.2
-    """PPO ratio clip above 1 (ratio <= 1 + clip_high). Not part of the ``type`` presets: DAPO's
-    paper raises it to 0.28 ("clip-higher"); set it explicitly."""
-    kl_coef: float = 0.0
-    """Weight of the KL penalty; 0 disables it (and the reference model)."""
-    kl_estimator: Literal["k1", "k3"] = "k3"
-    """KL estimator: ``k1`` = logp - logp_ref, ``k3`` = exp(d) - d - 1 with d = logp_ref - logp."""
-    kl_reference: Literal["base", "rollout"] = "base"
-    """KL against the frozen base model (a copy is kept) or against the rollout-time policy (its
-    recorded logprobs: no copy)."""
-    std_normalize: bool | None = None
-    """Divide group-centred rewards by the group's standard deviation (``null``: by ``type``)."""
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] | None = None
-    """How per-token losses become the step loss (``null``: by ``type``)."""
-    group_band: tuple[float, float] | None = None
-    """Keep only groups whose success rate is strictly inside this band (``null``: by ``type``;
-    ``dapo``: (0, 1), i.e. drop all-fail and all-pass groups)."""
-    eps: float = 1e-6
-    """Added to the group standard deviation so equal rewards give advantage 0, not NaN."""
-    attribution: Literal["integrated", "masked"] = "integrated"
-    """How the reasoning and tool reward families' advantages reach the tokens (paper 000,
-    eqs. 9-10): ``integrated``, their sum on every generated token; ``masked``, the reasoning
-    advantage on reasoning tokens only and the tool advantage on action tokens only."""
-    surgery: bool = False
-    """Bidirectional gradient surgery (paper 000, eq. 11): when the two families' gradients
-    conflict, project each off the other before summing. Needs learner.zero_stage 0."""
-    returns: Literal["outcome", "adoption"] = "outcome"
-    """``outcome``: one sample per trajectory with its group advantage. ``adoption`` (tool-adoption
-    paper, eqs. 3-4): shaped return +-1 - adoption_len T/T_max - adoption_cap [T >= T_max]
-    (T_max = rollout.max_turns), z-scored in the group, divided by T, one sample per step, plus
-    ``tool_bonus`` after normalisation on steps with a new, successful, non-read-only call."""
-    adoption_len: float = 0.05
-    """lambda_len of the adoption return."""
-    adoption_cap: float = 0.2
-    """lambda_cap of the adoption return."""
-    tool_bonus: float = 0.1
-    """lambda_mcp, the dense tool bonus of the adoption returns (0: off)."""
-    reasoning_reward: bool = False
-    """Score each trajectory's reasoning (paper 000, eqs. 1-4: keyword relevance density +
-    0.5 x sentence coherence + structure; ``rewards/reasoning_reward.py``) and train on its
-    group-normalised advantage as the reasoning family. Needs rollout.reasoning_format."""
-    tool_reward: bool = False
-    """Train the tool family on MCPDisCo's tool reward (paper 000, eqs. 5-8: format + correctness
-    against the task's ``reference_calls`` + penalties + terminal shaping on success;
-    ``rewards/tool_reward.py``) instead of the evaluator's outcome reward. Needs returns: outcome."""
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
-            raise ValueError("algorithm: need 0 <= clip_low < 1, clip_high >= 0, kl_coef >= 0, eps > 0")
-        if self.group_band is not None and not 0 <= self.group_band[0] < self.group_band[1] <= 1:
-            raise ValueError(
-                f"algorithm.group_band must be (low, high) with 0 <= low < high <= 1, got {self.group_band}"
-            )
-
-    @property
-    def normalize_std(self) -> bool:
-        return self.std_normalize if self.std_normalize is not None else self.type != "dr_grpo"
-
-    @property
-    def aggregation(self) -> str:
-        default = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum", "dapo": "token-mean"}
-        return self.loss_agg or default[self.type]
-
-    @property
-    def band(self) -> tuple[float, float] | None:
-        return (
-            self.group_band if self.group_band is not None else ((0.0, 1.0) if self.type == "dapo" else None)
-        )
-
-    @property
-    def needs_reference_model(self) -> bool:
-        return self.kl_coef > 0 and self.kl_reference == "base"
 
 
 class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

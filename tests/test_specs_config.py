@@ -61,8 +61,8 @@ def test_a_bad_override_type_names_the_field() -> None:
 
 
 def test_a_literal_field_lists_its_choices() -> None:
-    with pytest.raises(SpecError, match="expected one of: colocated"):
-        load_run_config(None, ["placement=async"])
+    with pytest.raises(SpecError, match="expected one of: colocated, async"):
+        load_run_config(None, ["placement=separate"])
 
 
 def test_unknown_yaml_keys_are_all_reported_with_the_file(tmp_path: Path) -> None:
@@ -85,11 +85,25 @@ def test_unknown_yaml_keys_are_all_reported_with_the_file(tmp_path: Path) -> Non
         ("rollout.max_new_tokens=2000", "one turn must fit in the context"),
         ("rollout.max_context_tokens=4096", "must be <= generator.max_model_len"),
         ("domain.expert=null", "needs domain.expert"),
+        ("placement=async", None),
+        ("max_staleness=-1", "max_staleness must be >= 0"),
+        ("rollout.retries=-1", "rollout.retries must be >= 0"),
+        ("train.checkpoint_every=-2", "train.checkpoint_every must be >= 0"),
+        ("algorithm.tool_reward=true", None),
+        ("algorithm.returns=adoption", None),
     ],
 )
-def test_validators_explain_why(override: str, why: str) -> None:
+def test_validators_explain_why(override: str, why: str | None) -> None:
+    if why is None:  # valid alone
+        load_run_config(None, [override])
+        return
     with pytest.raises(SpecError, match=why):
         load_run_config(None, [override])
+
+
+def test_the_tool_reward_family_needs_outcome_returns() -> None:
+    with pytest.raises(SpecError, match="algorithm.tool_reward needs algorithm.returns: outcome"):
+        load_run_config(None, ["algorithm.tool_reward=true", "algorithm.returns=adoption"])
 
 
 def test_to_dict_round_trips_for_logging() -> None:
@@ -100,8 +114,12 @@ def test_to_dict_round_trips_for_logging() -> None:
 
 
 def test_every_field_has_a_docstring() -> None:
-    tree = ast.parse((REPO / "specs" / "config.py").read_text())
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Config")]
+    classes = [
+        node
+        for module in ("config.py", "algorithm.py")
+        for node in ast.parse((REPO / "specs" / module).read_text()).body
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Config")
+    ]
     assert len(classes) == 12
     for cls in classes:
         body = cls.body
