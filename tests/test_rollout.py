@@ -65,6 +65,8 @@ async def run_pipeline(
     reasoning_format: Any = "none",
     system_prompt: str | None = None,
     retries: int = 0,
+    group_timeout_s: float | None = None,
+    limits: EpisodeLimits | None = None,
 ) -> tuple[list[Any], RolloutPipeline, EnvPool]:
     pool = EnvPool(make_backend(backend, tmp_path / "envs"), run_id(), max_live=3)
     async with McpGateway.running() as gateway:
@@ -80,10 +82,11 @@ async def run_pipeline(
             run_workers=3,
             eval_workers=1,
             retries=retries,
+            group_timeout_s=group_timeout_s,
         )
         with anyio.fail_after(120):
             groups = await pipeline.collect(
-                tasks, group_size, SamplingConfig(temperature=0.0), EpisodeLimits()
+                tasks, group_size, SamplingConfig(temperature=0.0), limits or EpisodeLimits()
             )
     await pool.shutdown()
     return groups, pipeline, pool
@@ -289,3 +292,34 @@ async def test_a_thought_mdp_episode_records_reasoning_and_action_masks(
         assert reasoning.count("<think>") == reasoning.count("</think>") == 2  # one span per action
         action = tokenizer.decode([i for i, a in zip(t.token_ids, t.action, strict=True) if a])
         assert "<tool_call>" in action and "The answer is" in action and "<think>" not in action
+
+
+async def test_a_group_past_its_deadline_is_dropped_whole_and_its_environments_released(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    registry = tmp_path / "servers.json"
+    edge = {
+        "stdio": {"command": sys.executable, "args": [str(REPO / "tests" / "servers" / "edge_server.py")]}
+    }
+    registry.write_text(json.dumps({"edge": edge}))
+    task = load_tasks(DOMAIN / "tasks" / "train.json")[0]
+    on_edge = msgspec.structs.replace(task.mcp_servers[0], name="edge", tools=("stall",))
+    slow = msgspec.structs.replace(task, instance_id="slow", mcp_servers=(on_edge,))
+
+    def stall(task: Any, conversation: str) -> str:
+        return '<tool_call>\n{"name": "edge__stall", "arguments": {}}\n</tool_call>'
+
+    groups, pipeline, pool = await run_pipeline(
+        tmp_path,
+        tokenizer,
+        [slow],
+        2,
+        policy=stall,
+        servers=registry,
+        group_timeout_s=2.0,
+        limits=EpisodeLimits(tool_timeout_s=60.0),
+    )
+    (group,) = groups
+    assert group.dropped == "group_timeout" and pipeline.metrics.lost == {"group_timeout": 1}
+    assert pool.stats()["live"] == 0
