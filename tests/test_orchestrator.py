@@ -151,16 +151,7 @@ async def test_a_turn_older_than_the_bound_drops_its_group_and_is_counted() -> N
         )
         return Group(task_id=name, group_id=name, trajectories=[t, t])
 
-    orchestrator = StepOrchestrator(
-        pipeline=lambda: None,  # type: ignore[arg-type,return-value]
-        draw=lambda step: [],
-        position=lambda: 0,
-        version=Served().get,
-        group_size=2,
-        sampling=None,
-        limits=None,
-        max_staleness=1,
-    )
+    orchestrator = idle_orchestrator(max_staleness=1)
     pipeline: Any = TimedPipeline(Served(), random.Random(0), [], 1)
     rollout = StepRollout(
         step=5,
@@ -176,18 +167,27 @@ async def test_a_turn_older_than_the_bound_drops_its_group_and_is_counted() -> N
     assert pipeline.metrics.lost == {"stale": 1} and orchestrator.stale_dropped == 1
 
 
+def idle_orchestrator(max_staleness: int) -> StepOrchestrator:
+    """An orchestrator that is never run: for its checks alone."""
+    return StepOrchestrator(
+        pipeline=lambda: None,  # type: ignore[arg-type,return-value]
+        draw=lambda step: [],
+        position=lambda: 0,
+        version=Served().get,
+        group_size=2,
+        sampling=None,
+        limits=None,
+        max_staleness=max_staleness,
+    )
+
+
 async def test_a_bad_staleness_or_out_of_order_completion_is_refused() -> None:
     with pytest.raises(ValueError, match="max_staleness must be >= 0"):
-        StepOrchestrator(
-            pipeline=lambda: None,  # type: ignore[arg-type,return-value]
-            draw=lambda step: [],
-            position=lambda: 0,
-            version=Served().get,
-            group_size=2,
-            sampling=None,
-            limits=None,
-            max_staleness=-1,
-        )
+        idle_orchestrator(max_staleness=-1)
+    orchestrator = idle_orchestrator(max_staleness=1)
+    orchestrator.completed(1)
+    with pytest.raises(ValueError, match=r"completed\(3\) out of order: step 1 was the last one"):
+        orchestrator.completed(3)
 
 
 # -- the real pipeline: placement changes no trajectory content -----------------------------------

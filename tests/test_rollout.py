@@ -244,18 +244,24 @@ async def test_a_server_or_env_dying_mid_episode_fails_that_trajectory_and_the_e
     assert stats["broken"] == 4 and stats["reused"] == 0  # no broken env came back
 
 
-async def test_a_trajectory_lost_to_a_dying_server_is_retried_on_a_fresh_env_and_its_group_completes(
-    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(REPO)
+def edge_task(tmp_path: Path, *tools: str) -> tuple[Path, Any]:
+    """A server registry with the edge server, and a calculator task that may use only ``tools`` of it."""
     registry = tmp_path / "servers.json"
     edge = {
         "stdio": {"command": sys.executable, "args": [str(REPO / "tests" / "servers" / "edge_server.py")]}
     }
     registry.write_text(json.dumps({"edge": edge}))
     task = load_tasks(DOMAIN / "tasks" / "train.json")[0]
-    on_edge = msgspec.structs.replace(task.mcp_servers[0], name="edge", tools=("crash", "echo"))
-    flaky = msgspec.structs.replace(task, instance_id="flaky", mcp_servers=(on_edge,))
+    on_edge = msgspec.structs.replace(task.mcp_servers[0], name="edge", tools=tools)
+    return registry, msgspec.structs.replace(task, mcp_servers=(on_edge,))
+
+
+async def test_a_trajectory_lost_to_a_dying_server_is_retried_on_a_fresh_env_and_its_group_completes(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    registry, task = edge_task(tmp_path, "crash", "echo")
+    flaky = msgspec.structs.replace(task, instance_id="flaky")
     crashed: list[str] = []
 
     def crash_once(task: Any, conversation: str) -> str:
@@ -298,14 +304,11 @@ async def test_a_group_past_its_deadline_is_dropped_whole_and_its_environments_r
     tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO)
-    registry = tmp_path / "servers.json"
-    edge = {
-        "stdio": {"command": sys.executable, "args": [str(REPO / "tests" / "servers" / "edge_server.py")]}
-    }
-    registry.write_text(json.dumps({"edge": edge}))
-    task = load_tasks(DOMAIN / "tasks" / "train.json")[0]
-    on_edge = msgspec.structs.replace(task.mcp_servers[0], name="edge", tools=("stall",))
-    slow = msgspec.structs.replace(task, instance_id="slow", mcp_servers=(on_edge,))
+    registry, task = edge_task(
+        tmp_path,
+        "stall",
+    )
+    slow = msgspec.structs.replace(task, instance_id="slow")
 
     def stall(task: Any, conversation: str) -> str:
         return '<tool_call>\n{"name": "edge__stall", "arguments": {}}\n</tool_call>'
