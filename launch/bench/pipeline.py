@@ -1,0 +1,676 @@
+"""Benchmark: the rollout pipeline against its physical limit, coupled vs decoupled, in one run.
+
+    python -m launch.bench.pipeline [--quick] [--latencies 0.1,1,5] [--workers 1] [--faults P]
+
+Everything below the policy is real and in-process: ``RolloutPipeline`` driving ``EnvPool`` (local
+backend), ``McpGateway`` with one latency MCP server per environment (``tests/servers/latency_server.py``,
+started per episode as in training) and ``Evaluator``; token-exact recording with the demo
+tokenizer. Only the engine is simulated (``launch/bench/sim_generator.py``): continuous batching
+with step time t(b) = t0 + t1*b for b decoding sequences, at most B at once, on a clock the
+orchestrator's CPU cannot slow down. Its scripted policy makes T-1 tool calls ``sleep(tau)``, then
+answers; every turn is N tokens. Tasks are synthetic, in groups of two.
+
+Per tool latency tau, the same workload runs in four modes (a, r, L: acquire and run workers,
+live-environment cap; eval workers = a):
+
+- ``coupled``: a = r = n, L = a + r;
+- ``decoupled-2x``, ``decoupled-5x``: a = n, r = 2n and 5n, L = a + r;
+- ``control``: the coupled setting holding as many environments as ``decoupled-5x`` held at
+  most (M): a = r = L = M, so an environment being acquired is one the run stage cannot use.
+
+First a calibration runs single episodes alone (on a 1 ms engine) and keeps the least of each
+cost: acquire (pool, MCP sessions, the server's start), evaluate and release seconds, the MCP
+overhead of a tool call over tau, the orchestrator's latency per turn. Each mode's physical limit
+(``policies.throughput.physical_limit``) takes those, the mode's worker counts, and three CPU
+figures measured in the mode's own window: this process's CPU s per turn (the orchestrator's
+bound), the process tree's CPU s per episode (servers included) and the cores the rest of the
+machine left free (the host bound: the machine is shared).
+
+Steady window: an episode completes when its last turn comes back. With C = min(r, L) episodes
+cycling, completions C apart are one cycle apart, so the window runs from the C-th completion (the
+first generation, the ramp-up, is over) over ``cycles`` whole cycles, while the last generation
+is still in flight; the run is stopped there (``--faults`` runs to the end: every group counts).
+Achieved tok/s = tokens the engine emitted in the window / its length (whole cycles: exact for a
+periodic pipeline and for a saturated engine alike), E = achieved / limit, ``util`` = achieved /
+(B/t(B)). A run with too few completions for that (faults) is measured from its start instead.
+``E_run`` is E against the limit recomputed with the acquire time of the run itself (servers that
+start together share the CPU): E / E_run is what contention in acquisition cost; the per-episode
+decode and tool times beside the model's show the rest.
+
+``--faults P``: each environment, when opened, draws a fault with probability P, injected at its
+first tool call: its server is killed, the environment destroyed, or the generator killed (every
+request in flight lost; it restarts 0.5 s later). The pipeline retries a lost trajectory once on a
+fresh environment. Reported: useful tokens (those of trained groups) over generated tokens, attempts
+lost by cause, groups dropped, partial groups trained (not dropped, fewer than group-size ok
+members: must be 0) and leftovers (the run's environments on disk and live processes after
+shutdown: must be 0).
+
+Prints a table per tool latency and ends with one line ``pipeline: E_min=X
+decoupled_over_coupled=Y decoupled_over_control=Z`` (X: the lowest E over every mode and latency;
+Y, Z: achieved tok/s of ``decoupled-5x`` over ``coupled`` and over ``control`` at the same latency,
+geometric mean over the latencies), with ``faults=P useful_over_generated=.. partial_groups=..
+leftovers=..`` appended under ``--faults``. ``--quick`` (one latency, one generation of episodes,
+a fast engine, measured from the start) is what the test suite runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+import psutil
+
+from actors.env_pool import EnvPool
+from actors.evaluator import Evaluator
+from actors.mcp_gateway import McpGateway
+from actors.provisioners.base import EnvInfo, ServerLaunch
+from actors.provisioners.local import ENV_MARKER, LocalProvisioner, kill_marked_processes
+from actors.rollout import Group, RolloutPipeline, StageMetrics, env_config_resolver
+from launch.bench.sim_generator import Episode, EpisodeEngine, LatencyToolScript, SimulatedGenerator
+from policies.react import EpisodeLimits
+from policies.throughput import Limit, Workload, physical_limit
+from policies.tokens import ChatRecorder
+from policies.types import SamplingConfig, ToolResult, ToolSpec
+from specs.servers import parse_server_registry
+from specs.task import EvaluatorSpec, McpServerRef, TaskSpec
+from tests.servers.latency_server import REGISTRY, SERVER_NAME, TOOL
+
+MODEL = Path(__file__).resolve().parents[2] / ".cache" / "models" / "SmolLM2-135M-Instruct"
+FAULTS = ("server", "env", "generator")
+COSTS = ("acquire_s", "evaluate_s", "release_s", "tool_overhead_s", "turn_overhead_s")
+"""The calibrated costs, named as the ``Workload`` fields they fill."""
+CLEANUP_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    latencies: tuple[float, ...] = (0.1, 1.0, 5.0)
+    turns: int = 2
+    tokens_per_turn: int = 40
+    step_t0_s: float = 0.020
+    step_t1_s: float = 0.005
+    max_num_seqs: int = 3
+    workers: int = 1
+    """n: acquire workers of every mode but the control."""
+    group_size: int = 2
+    cycles: int = 2
+    """Whole cycles in the steady window; 0: measure the whole run from its start."""
+    calibration_episodes: int = 3
+    """Single episodes of the calibration; the first is a warm-up."""
+    faults: float = 0.0
+    restart_s: float = 0.5
+
+
+QUICK = Settings(latencies=(0.1,), step_t0_s=0.004, step_t1_s=0.001, cycles=0, calibration_episodes=2)
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    acquire: int
+    run: int
+    cap: int
+
+    @property
+    def concurrency(self) -> int:
+        """C: episodes cycling at once in steady state (what one cycle completes)."""
+        return min(self.run, self.cap)
+
+
+@dataclass
+class Outcome:
+    """What one ``collect`` left behind."""
+
+    metrics: StageMetrics
+    groups: list[Group]
+    episodes: list[Episode]
+    sim: SimulatedGenerator
+    cpu: CpuSampler
+    started: float
+    ended: float
+    gateway: FaultyGateway
+    leftovers: int
+
+
+@dataclass
+class Result:
+    mode: Mode
+    latency: float
+    episodes: int
+    achieved: float
+    limit: Limit
+    util: float
+    max_live: int
+    steady: bool
+    window_s: float
+    e_run: float = math.nan
+    """E against the limit with the acquire time measured in the run."""
+    cpu: dict[str, float] = field(default_factory=dict)
+    """Over the window: ``turn`` (this process's CPU s per turn), ``episode`` (the process tree's
+    CPU s per episode), ``free`` (cores the rest of the machine left idle)."""
+    timing: dict[str, float] = field(default_factory=dict)
+    """Seconds per episode completed in the window beside the model's (``model_*``): ``decode``,
+    ``other`` (the rest of its span: tools, orchestrator), ``acquire``."""
+    faults: dict[str, int] = field(default_factory=dict)
+    lost: dict[str, int] = field(default_factory=dict)
+    groups_dropped: int = 0
+    partial_groups: int = 0
+    useful_tokens: int = 0
+    generated_tokens: int = 0
+    leftovers: int = 0
+
+    @property
+    def efficiency(self) -> float:
+        return self.achieved / self.limit.tokens_per_s
+
+
+def modes(workers: int, control_live: int | None = None) -> list[Mode]:
+    """The compared settings; the control once the decoupled run's live envs are known."""
+    n = workers
+    found = [Mode("coupled", n, n, 2 * n), Mode("decoupled-2x", n, 2 * n, 3 * n)]
+    found.append(Mode("decoupled-5x", n, 5 * n, 6 * n))
+    if control_live is not None:
+        found.append(Mode("control", control_live, control_live, control_live))
+    return found
+
+
+def episodes_needed(mode: Mode, cycles: int, group_size: int) -> int:
+    """(cycles + 2) * C, in whole groups: a generation of ramp-up, the window, one in flight;
+    one generation (C) when measuring from the start (``cycles`` 0)."""
+    wanted = max(2, (cycles + 2) * mode.concurrency if cycles else mode.concurrency)
+    return -(-wanted // group_size) * group_size
+
+
+def steady_window(
+    completions: Sequence[float], concurrency: int, cycles: int, started: float, ended: float
+) -> tuple[float, float, bool]:
+    """(start, end, steady): from the ``concurrency``-th completion over ``cycles`` whole cycles;
+    else (``cycles`` 0, or too few completions) from ``started`` to the last completion, or to
+    ``ended`` when none completed, with ``steady`` False."""
+    if concurrency < 1 or cycles < 0:
+        raise ValueError(f"steady_window needs concurrency >= 1 and cycles >= 0, got {concurrency}, {cycles}")
+    if ended <= started:
+        raise ValueError(f"steady_window: the run ended at {ended}, not after it started at {started}")
+    done = sorted(completions)
+    first = concurrency - 1
+    last = first + cycles * concurrency
+    if cycles == 0 or last >= len(done):
+        return started, (done[-1] if done and done[-1] > started else ended), False
+    return done[first], done[last], True
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(f"geometric_mean needs positive values, got {list(values)}")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def speedup(results: Sequence[Result], over: str) -> float:
+    """Achieved tok/s of ``decoupled-5x`` over mode ``over``'s at the same latency, geometric mean
+    over the latencies where both achieved something (``nan`` if none)."""
+    by = {(r.latency, r.mode.name): r.achieved for r in results}
+    pairs = [(by[t, "decoupled-5x"], by[t, over]) for t in sorted({r.latency for r in results})]
+    ratios = [mine / theirs for mine, theirs in pairs if mine > 0 and theirs > 0]
+    return geometric_mean(ratios) if ratios else math.nan
+
+
+def summary_line(results: Sequence[Result], faults: float) -> str:
+    line = (
+        f"pipeline: E_min={min(r.efficiency for r in results):.3f} "
+        f"decoupled_over_coupled={speedup(results, 'coupled'):.2f} "
+        f"decoupled_over_control={speedup(results, 'control'):.2f}"
+    )
+    if faults > 0:
+        useful = sum(r.useful_tokens for r in results) / max(1, sum(r.generated_tokens for r in results))
+        partial, left = sum(r.partial_groups for r in results), sum(r.leftovers for r in results)
+        line += (
+            f" faults={faults:g} useful_over_generated={useful:.3f} partial_groups={partial} leftovers={left}"
+        )
+    return line
+
+
+# -- around the real pipeline -----------------------------------------------------------------------
+
+
+class FaultyGateway:
+    """``McpGateway`` plus fault injection: an environment drawn at ``open`` (probability ``p``)
+    gets one fault of ``FAULTS`` just before its first tool call runs. Times every ``open``, and
+    counts the calls that found their server dead (``lost["server_or_env"]``)."""
+
+    def __init__(
+        self,
+        gateway: McpGateway,
+        provisioner: LocalProvisioner,
+        sim: SimulatedGenerator,
+        tg: anyio.abc.TaskGroup,
+        *,
+        p: float,
+        restart_s: float,
+        rng: random.Random,
+    ) -> None:
+        self._gateway, self._provisioner, self._sim, self._tg = gateway, provisioner, sim, tg
+        self._p, self._restart_s, self._rng = p, restart_s, rng
+        self._planned: dict[str, tuple[str, EnvInfo]] = {}
+        self.injected: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self.lost: dict[str, int] = {}
+        self.open_s: list[float] = []
+
+    async def open(
+        self, env: EnvInfo, servers: Sequence[ServerLaunch], *args: Any, **kw: Any
+    ) -> list[ToolSpec]:
+        started = time.perf_counter()
+        tools = await self._gateway.open(env, servers, *args, **kw)
+        self.open_s.append(time.perf_counter() - started)
+        if self._rng.random() < self._p:
+            self._planned[env.env_id] = (self._rng.choice(FAULTS), env)
+        return tools
+
+    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
+        planned = self._planned.pop(env_id, None)
+        if planned is not None:
+            await self._inject(*planned)
+        result = await self._gateway.call(env_id, name, arguments, timeout_s)
+        if result.error_kind == "server_died":
+            self.lost["server_or_env"] = self.lost.get("server_or_env", 0) + 1
+        return result
+
+    async def is_broken(self, env_id: str) -> bool:
+        return await self._gateway.is_broken(env_id)
+
+    async def close(self, env_id: str) -> None:
+        self._planned.pop(env_id, None)
+        await self._gateway.close(env_id)
+
+    async def _inject(self, kind: str, env: EnvInfo) -> None:
+        self.injected[kind] += 1
+        if kind == "server":
+            await anyio.to_thread.run_sync(kill_marked_processes, env.env_id)
+        elif kind == "env":
+            await self._provisioner.destroy(env)
+        else:
+            self._sim.kill(f"fault injected by the benchmark (env {env.env_id})")
+            self._tg.start_soon(self._restart)
+
+    async def _restart(self) -> None:
+        await anyio.sleep(self._restart_s)
+        self._sim.restart()
+
+
+class CpuSampler:
+    """CPU seconds against the clock, for any window later: this process's (all threads), its
+    process tree's (itself, its live and reaped children: the MCP servers), the machine's busy time."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self.every_s = every_s
+        self.samples = [self.sample()]
+
+    @staticmethod
+    def sample() -> tuple[float, float, float, float]:
+        tree = time.process_time() + children_cpu_s()
+        for child in psutil.Process().children(recursive=True):
+            try:
+                tree += sum(child.cpu_times()[:2])
+            except psutil.Error:
+                continue
+        machine = psutil.cpu_times()  # guest time is already inside user and nice
+        busy = sum(getattr(machine, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+        return time.perf_counter(), time.process_time(), tree, busy
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(self.every_s)
+            self.samples.append(self.sample())
+
+    def at(self, t: float) -> tuple[float, ...]:
+        """(own, tree, machine) CPU seconds at clock ``t``, interpolated between samples."""
+        self.samples.append(self.sample())
+        before = max((s for s in self.samples if s[0] <= t), default=self.samples[0])
+        after = min((s for s in self.samples if s[0] >= t), default=self.samples[-1])
+        w = 0.0 if after[0] == before[0] else (t - before[0]) / (after[0] - before[0])
+        return tuple(b + (a - b) * w for a, b in zip(after[1:], before[1:], strict=True))
+
+    def window(self, start: float, end: float, turns: float, turns_per_episode: int) -> dict[str, float]:
+        """``turn``: this process's CPU s per turn; ``episode``: its tree's CPU s per episode;
+        ``free``: cores the rest of the machine left idle (at least 0.1), over ``(start, end]``."""
+        (own0, tree0, machine0), (own1, tree1, machine1) = self.at(start), self.at(end)
+        cores = float(os.cpu_count() or 1)
+        others = max(0.0, (machine1 - machine0) - (tree1 - tree0)) / (end - start)
+        if turns <= 0:
+            return {"turn": 0.0, "episode": 0.0, "free": cores}
+        episode = (tree1 - tree0) / (turns / turns_per_episode)
+        return {"turn": (own1 - own0) / turns, "episode": episode, "free": max(0.1, cores - others)}
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def leftovers(root: Path, run_id: str) -> int:
+    """The run's environments still on disk, and live processes started in one of them (the local
+    backend points their HOME into ``<root>/<run_id>/<env_id>/home``)."""
+    found = len(list((root / run_id).glob("*/label.json")))
+    for proc in psutil.process_iter():
+        try:
+            environ = proc.environ()
+            if ENV_MARKER in environ and f"/{run_id}/" in environ.get("HOME", ""):
+                found += proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            continue
+    return found
+
+
+def tasks(count: int) -> list[TaskSpec]:
+    ref = McpServerRef(name=SERVER_NAME, tools=(TOOL,))
+    check = EvaluatorSpec(func="raw", op="contain", value="done")
+    instruction = "Task {}: wait for the latency tool, then say you are done."
+    return [
+        TaskSpec(
+            instance_id=f"latency-{i:03d}",
+            instruction=instruction.format(i),
+            mcp_servers=(ref,),
+            evaluators=(check,),
+        )
+        for i in range(count)
+    ]
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    settings: Settings
+    tokenizer: Any
+    root: Path
+    run_prefix: str
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    """Draws the faults of every run in turn (seeded: a rerun injects the same sequence)."""
+
+    async def run(
+        self,
+        mode: Mode,
+        latency: float,
+        episodes: int,
+        *,
+        group_size: int,
+        engine: tuple[float, float],
+        stop_after: int | None = None,
+        faults: float = 0.0,
+    ) -> Outcome:
+        """One ``collect`` of ``episodes`` in ``mode``, cancelled after ``stop_after`` completions."""
+        s = self.settings
+        tool = f"{SERVER_NAME}__{TOOL}"
+        script = LatencyToolScript(
+            self.tokenizer, tool_name=tool, seconds=latency, turns=s.turns, tokens_per_turn=s.tokens_per_turn
+        )
+        run_id = f"{self.run_prefix}-{mode.name}-{latency:g}-{uuid.uuid4().hex[:4]}"
+        provisioner = LocalProvisioner(self.root)
+        pool = EnvPool(provisioner, run_id, max_live=mode.cap)
+        done: list[Episode] = []
+        groups: list[Group] = []
+        stop = anyio.CancelScope()
+
+        def completed(episode: Episode) -> None:
+            done.append(episode)
+            if stop_after is not None and len(done) >= stop_after:
+                stop.cancel()
+
+        limits = EpisodeLimits(
+            max_turns=s.turns, max_new_tokens=s.tokens_per_turn, tool_timeout_s=latency + 30
+        )
+        try:
+            async with (
+                SimulatedGenerator.running(
+                    script, step_t0_s=engine[0], step_t1_s=engine[1], max_num_seqs=s.max_num_seqs
+                ) as sim,
+                McpGateway.running(provisioner_for=lambda _: provisioner) as real_gateway,
+                anyio.create_task_group() as tg,
+            ):
+                gateway = FaultyGateway(
+                    real_gateway, provisioner, sim, tg, p=faults, restart_s=s.restart_s, rng=self.rng
+                )
+                pipeline = RolloutPipeline(
+                    pool=pool,
+                    gateway=gateway,
+                    evaluator=Evaluator(),
+                    env_config_for=env_config_resolver(parse_server_registry(REGISTRY, "<pipeline bench>")),
+                    engine_for=lambda _task: EpisodeEngine(sim, script, completed, gateway.lost),
+                    recorder_factory=lambda: ChatRecorder(self.tokenizer),
+                    acquire_workers=mode.acquire,
+                    run_workers=mode.run,
+                    eval_workers=mode.acquire,
+                    retries=1,
+                )
+                cpu = CpuSampler()
+                tg.start_soon(cpu.run)
+                started = time.perf_counter()
+                with stop:
+                    sampling = SamplingConfig(max_tokens=s.tokens_per_turn)
+                    batch = tasks(episodes // group_size)
+                    await pipeline.collect(batch, group_size, sampling, limits, on_group=groups.append)
+                ended = time.perf_counter()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+                await pool.shutdown()
+        left = await anyio.to_thread.run_sync(leftovers, self.root, run_id)
+        return Outcome(pipeline.metrics, groups, done, sim, cpu, started, ended, gateway, left)
+
+    async def calibrate(self, latency: float) -> dict[str, float]:
+        """Single episodes alone on a 1 ms engine: the ``COSTS`` of one episode, and ``open_s``
+        (``McpGateway.open``). Each is the least seen over the measured episodes (the first is a
+        warm-up): other load on the machine only ever adds to a cost."""
+        s, step = self.settings, 0.001
+        seen: dict[str, list[float]] = {}
+        for i in range(s.calibration_episodes):
+            out = await self.run(Mode("calibration", 1, 1, 1), latency, 1, group_size=1, engine=(step, 0.0))
+            (trajectory,) = out.groups[0].trajectories
+            if trajectory.status != "ok" or len(trajectory.tool_calls) != s.turns - 1:
+                raise RuntimeError(f"calibration episode failed: {trajectory.status} {trajectory.error}")
+            if i == 0:
+                continue  # warm-up: imports, the chat template's first compile
+            m, tool = out.metrics, sum(c.latency_s for c in trajectory.tool_calls)
+            measured = {
+                "acquire_s": m.acquire_s,
+                "evaluate_s": m.evaluate_s,
+                "release_s": m.release_s,
+                "tool_overhead_s": tool / (s.turns - 1) - latency if s.turns > 1 else 0.0,
+                "turn_overhead_s": (m.run_s - s.turns * s.tokens_per_turn * step - tool) / s.turns,
+                "open_s": out.gateway.open_s[0],
+            }
+            for key, value in measured.items():
+                seen.setdefault(key, []).append(max(0.0, value))
+        if not seen:
+            raise ValueError(f"calibration_episodes must be >= 2 (one warm-up), got {s.calibration_episodes}")
+        return {key: min(values) for key, values in seen.items()}
+
+    def workload(self, mode: Mode, latency: float, cal: dict[str, float], cpu: dict[str, float]) -> Workload:
+        s = self.settings
+        return Workload(
+            turns=s.turns,
+            tokens_per_turn=s.tokens_per_turn,
+            tool_latency_s=latency,
+            step_t0_s=s.step_t0_s,
+            step_t1_s=s.step_t1_s,
+            max_num_seqs=s.max_num_seqs,
+            live_cap=mode.cap,
+            acquire_workers=mode.acquire,
+            run_workers=mode.run,
+            eval_workers=mode.acquire,
+            orchestrator_cpu_s_per_turn=cpu["turn"],
+            host_cpu_s_per_episode=cpu["episode"],
+            host_cores=cpu["free"],
+            **{key: cal[key] for key in COSTS},
+        )
+
+    async def measure(self, mode: Mode, latency: float, cal: dict[str, float]) -> Result:
+        s, c = self.settings, mode.concurrency
+        out = await self.run(
+            mode,
+            latency,
+            episodes_needed(mode, s.cycles, s.group_size),
+            group_size=s.group_size,
+            engine=(s.step_t0_s, s.step_t1_s),
+            stop_after=c + s.cycles * c if s.cycles and s.faults == 0 else None,
+            faults=s.faults,
+        )
+        completions = [e.completed_at for e in out.episodes]
+        start, end, steady = steady_window(completions, c, s.cycles, out.started, out.ended)
+        tokens = out.sim.tokens_between(start, end)
+        cpu = out.cpu.window(start, end, tokens / s.tokens_per_turn, s.turns)
+        workload = self.workload(mode, latency, cal, cpu)
+        limit = physical_limit(workload)
+        acquire_run = cal["acquire_s"] + max(0.0, mean(out.gateway.open_s) - cal["open_s"])
+        limit_run = physical_limit(msgspec.structs.replace(workload, acquire_s=acquire_run))
+        timed = [e for e in out.episodes if start < e.completed_at <= end] or out.episodes
+        trained = [g for g in out.groups if g.dropped is None]
+        return Result(
+            mode=mode,
+            latency=latency,
+            episodes=len(completions),
+            achieved=tokens / (end - start),
+            limit=limit,
+            util=out.sim.utilisation(start, end),
+            max_live=out.metrics.max_live_envs,
+            steady=steady,
+            window_s=end - start,
+            e_run=tokens / (end - start) / limit_run.tokens_per_s,
+            cpu=cpu,
+            timing={
+                "decode": mean([e.decode_s for e in timed]),
+                "model_decode": limit.run_s - workload.other_run_s,
+                "other": mean([e.span_s - e.decode_s for e in timed]),
+                "model_other": workload.other_run_s - workload.turn_overhead_s,  # from turn 1's call
+                "acquire": acquire_run,
+                "model_acquire": cal["acquire_s"],
+            },
+            faults=out.gateway.injected,
+            lost=out.gateway.lost,
+            groups_dropped=out.metrics.groups_dropped,
+            partial_groups=sum(
+                1 for g in trained if sum(t.status == "ok" for t in g.trajectories) < s.group_size
+            ),
+            useful_tokens=sum(t.num_generated_tokens for g in trained for t in g.trajectories),
+            generated_tokens=out.sim.generated_tokens,
+            leftovers=out.leftovers,
+        )
+
+
+# -- reporting ------------------------------------------------------------------------------------
+
+
+def table(results: Sequence[Result], cal: dict[str, float], s: Settings) -> str:
+    lines = [
+        f"tool latency {results[0].latency:g} s: T={s.turns} turns x N={s.tokens_per_turn} tokens, "
+        f"t(b)={s.step_t0_s * 1e3:g}+{s.step_t1_s * 1e3:g}*b ms, B={s.max_num_seqs}; calibrated: "
+        + " ".join(f"{k}={v * 1e3:.1f}ms" for k, v in cal.items()),
+        f"{'mode':13} {'a':>2} {'r':>2} {'L':>2} {'eps':>4} {'tok/s':>6} {'limit':>6} {'binding':>16} "
+        f"{'E':>5} {'E_run':>5} {'util':>5} {'live':>4} {'window s':>9}",
+    ]
+    for r in results:
+        m, t, cpu = r.mode, r.timing, r.cpu
+        lines += [
+            f"{m.name:13} {m.acquire:2d} {m.run:2d} {m.cap:2d} {r.episodes:4d} {r.achieved:6.1f} "
+            f"{r.limit.tokens_per_s:6.1f} {r.limit.binding:>16} {r.efficiency:5.2f} {r.e_run:5.2f} "
+            f"{r.util:5.2f} {r.max_live:4d} {r.window_s:8.1f}{'' if r.steady else '*'}",
+            f"{'':14}bounds tok/s: " + " ".join(f"{k}={v:.1f}" for k, v in r.limit.bounds.items() if v < 1e4),
+            f"{'':14}s/episode, run (model): decode {t['decode']:.2f} ({t['model_decode']:.2f}) "
+            f"tools+other {t['other']:.2f} ({t['model_other']:.2f}) acquire {t['acquire']:.2f} "
+            f"({t['model_acquire']:.2f}); cpu {cpu['turn'] * 1e3:.1f} ms/turn, "
+            f"{cpu['episode']:.2f} s/episode, {cpu['free']:.2f} cores free",
+        ]
+        if s.faults > 0:
+            lines.append(
+                f"{'':14}faults {r.faults} lost {r.lost} dropped_groups={r.groups_dropped} "
+                f"partial_groups={r.partial_groups} useful/generated={r.useful_tokens}/{r.generated_tokens} "
+                f"leftovers={r.leftovers}"
+            )
+    steady = "" if all(r.steady for r in results) else "   (*: measured from the start, not steady)"
+    over = f"over coupled {speedup(results, 'coupled'):.2f}, over control {speedup(results, 'control'):.2f}"
+    return "\n".join([*lines, f"decoupled-5x {over}{steady}"])
+
+
+async def sweep(settings: Settings, tokenizer: Any, root: Path, run_prefix: str) -> list[Result]:
+    bench = Bench(settings, tokenizer, root, run_prefix)
+    cal = await bench.calibrate(min(settings.latencies))
+    results: list[Result] = []
+    for latency in settings.latencies:
+        point = [await bench.measure(mode, latency, cal) for mode in modes(settings.workers)]
+        control = modes(settings.workers, control_live=point[-1].max_live)[-1]
+        point.append(await bench.measure(control, latency, cal))
+        print(table(point, cal, settings), flush=True)
+        results.extend(point)
+    return results
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latencies", default=None, help="tool latencies, comma-separated seconds")
+    parser.add_argument("--workers", type=int, default=None, help="n: acquire workers (default 1)")
+    parser.add_argument("--faults", type=float, default=0.0, help="probability of a fault per environment")
+    parser.add_argument("--quick", action="store_true", help="one latency, few episodes (the test suite's)")
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else Settings()
+    if args.latencies:
+        try:
+            settings = replace(settings, latencies=tuple(float(x) for x in args.latencies.split(",")))
+        except ValueError:
+            parser.error(f"--latencies: expected comma-separated seconds, got {args.latencies!r}")
+        if any(t < 0 or not math.isfinite(t) for t in settings.latencies):
+            parser.error(f"--latencies must be finite and >= 0, got {args.latencies!r}")
+    if args.workers is not None:
+        if args.workers < 1:
+            parser.error(f"--workers must be >= 1, got {args.workers}")
+        settings = replace(settings, workers=args.workers)
+    if not 0 <= args.faults < 1:
+        parser.error(f"--faults must be a probability in [0, 1), got {args.faults}")
+    args.settings = replace(settings, faults=args.faults)
+    args.run_prefix = f"bench-pipeline-{uuid.uuid4().hex[:8]}"
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> list[Result]:
+    args = parse_args(argv)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    s = args.settings
+    print(
+        f"run {args.run_prefix}: latencies {list(s.latencies)} s, n={s.workers}, group {s.group_size}, "
+        f"faults p={s.faults:g}, {os.cpu_count()} cores (load {os.getloadavg()[0]:.2f})",
+        flush=True,
+    )
+    root = Path(tempfile.mkdtemp(prefix="mcprl-bench-pipeline-"))
+    try:
+        results = anyio.run(sweep, s, tokenizer, root, args.run_prefix)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(summary_line(results, s.faults))
+    return results
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:  # the environments are destroyed by then (shielded cleanups)
+        sys.exit(130)
