@@ -17,6 +17,7 @@ from launch.checkpoints import complete_steps, read_progress
 from launch.train import TaskStream
 from specs.task import load_tasks
 
+pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "specs" / "domains" / "calculator" / "tasks" / "train.json"
 
