@@ -65,6 +65,25 @@ def _ensure_single_process_dist_env() -> None:
         os.environ.setdefault(key, value)
 
 
+def _init_single_process_dist(backend: str, attempts: int = 5) -> None:
+    """``deepspeed.init_distributed`` for a world of one. The port we probed is free when probed, not
+    when the store binds it (a generator starting beside us binds ports too): on EADDRINUSE probe
+    another, unless the port was the user's choice."""
+    import deepspeed
+    import torch
+
+    chosen = "MASTER_PORT" not in os.environ
+    for attempt in range(attempts):
+        _ensure_single_process_dist_env()
+        try:
+            deepspeed.init_distributed(dist_backend=backend)
+            return
+        except torch.distributed.DistNetworkError as e:
+            if not chosen or "EADDRINUSE" not in str(e) or attempt == attempts - 1:
+                raise
+            del os.environ["MASTER_PORT"]
+
+
 def _chunks(items: Sequence[TrainSample], size: int) -> Iterator[Sequence[TrainSample]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -118,8 +137,7 @@ class Learner:
         if algo.needs_reference_model:
             self._ref = copy.deepcopy(model).eval().requires_grad_(False)
 
-        _ensure_single_process_dist_env()
-        deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
+        _init_single_process_dist("gloo" if not torch.cuda.is_available() else "nccl")
         # A plain torch AdamW: DeepSpeed's fused/CPU Adam ops need a compiler toolchain or a GPU.
         self._optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), weight_decay=cfg.weight_decay

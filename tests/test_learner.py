@@ -7,6 +7,7 @@ tests exercise the same loading, batching, optimizer, export and checkpoint code
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import msgspec
@@ -286,7 +287,9 @@ def test_sft_step_lowers_the_nll_of_a_demonstration(model_dir: str) -> None:
     assert {g["lr"] for g in learner._optimizer.param_groups} == {1e-6}  # the RL lr is back
 
 
-def test_checkpoint_round_trip_restores_version_weights_optimizer_and_rng(model_dir: str, tmp_path: Path) -> None:
+def test_checkpoint_round_trip_restores_version_weights_optimizer_and_rng(
+    model_dir: str, tmp_path: Path
+) -> None:
     learner = _learner(model_dir)
     learner.train_step(_batch())
     saved = _weights(learner)
@@ -367,3 +370,26 @@ def test_a_step_that_fails_midway_leaves_no_gradient_behind(
     assert broken.train_step(_batch())["grad_norm"] == pytest.approx(
         clean.train_step(_batch())["grad_norm"], rel=1e-5
     )
+
+
+def test_a_rendezvous_port_taken_after_the_probe_is_probed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import deepspeed
+
+    from actors.learner import _init_single_process_dist
+
+    ports: list[str] = []
+
+    def init_distributed(dist_backend: str) -> None:
+        ports.append(os.environ["MASTER_PORT"])
+        if len(ports) == 1:  # what the generator starting beside us did in CI once
+            raise torch.distributed.DistNetworkError("failed to listen: EADDRINUSE, address already in use")
+
+    monkeypatch.setattr(deepspeed, "init_distributed", init_distributed)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    _init_single_process_dist("gloo")
+    assert len(ports) == 2
+    monkeypatch.setenv("MASTER_PORT", "1234")  # the user's port: not second-guessed
+    ports.clear()
+    with pytest.raises(torch.distributed.DistNetworkError, match="EADDRINUSE"):
+        _init_single_process_dist("gloo")
+    assert ports == ["1234"]
