@@ -58,6 +58,7 @@ class Reporter:
             self._wandb.define_metric("step")
             self._wandb.define_metric("*", step_metric="step")
         self._header_printed = False
+        self._bars: Any = None  # the terminal's one live display of progress bars, while shown
 
     def log(self, phase: str, step: int, metrics: Mapping[str, float]) -> None:
         widths = [max(len(header), len(fmt.format(0.0))) for _, header, fmt in COLUMNS]
@@ -88,7 +89,9 @@ class Reporter:
 
     @contextlib.contextmanager
     def progress(self, description: str, total: int) -> Iterator[Callable[..., None]]:
-        """A progress bar on a terminal (nothing in a job log); yields ``advance(n=1)``."""
+        """A progress bar on a terminal (nothing in a job log); yields ``advance(n=1)``. Bars opened
+        while another is shown (an eval inside the RL steps, curation while a step samples) join
+        the same display: a terminal has one live display."""
         if not sys.stdout.isatty():
 
             def ignore(*_: Any, n: int = 1) -> None:
@@ -98,10 +101,26 @@ class Reporter:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, transient=True) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda *_, n=1: bar.advance(task, n)
+        owner = self._bars is None
+        if owner:
+            columns = (
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+            )
+            self._bars = Progress(*columns, transient=True)
+            self._bars.start()
+        bars = self._bars
+        assert bars is not None
+        task = bars.add_task(description, total=total)
+        try:
+            yield lambda *_, n=1: bars.advance(task, n)
+        finally:
+            bars.remove_task(task)
+            if owner:
+                bars.stop()
+                self._bars = None
 
     def summary(self, values: Mapping[str, float]) -> None:
         if self._wandb is not None:

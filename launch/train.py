@@ -317,9 +317,8 @@ async def train(cfg: RunConfig) -> int:
                     last = now
                     if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
                         await save_step_checkpoint(actors, cfg, step, rollout.position, curator, run_id)
-                    reporter.log(
-                        "train", step, metrics
-                    )  # after the checkpoint: a resumed run logs each step once
+                    # Logged after the checkpoint: a resumed run logs each step once.
+                    reporter.log("train", step, metrics)
                     if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
                         await evaluate(f"step{step}", step)
 

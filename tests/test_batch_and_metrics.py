@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -89,6 +90,27 @@ def test_a_curated_task_stream_skips_refused_tasks_in_the_same_order_and_says_wh
     assert even == [t for t in everything if t % 2 == 0]
     with pytest.raises(RuntimeError, match="no training task"):
         TaskStream(tasks, seed=3).take(1, keep=lambda t: False)
+
+
+def test_progress_bars_opened_inside_another_share_the_terminal_display(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rich allows one live display at a time: an eval bar inside the RL steps' bar must join it.
+    from launch.report import Reporter
+    from specs.config import load_run_config
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    reporter = Reporter(load_run_config(None, [f"output_dir={tmp_path}", "wandb.mode=disabled"]), "run-1")
+    with reporter.progress("rollout groups", 4) as outer:
+        with reporter.progress("eval", 2) as inner:
+            inner()
+            outer(n=2)
+            assert len(reporter._bars.tasks) == 2
+        assert len(reporter._bars.tasks) == 1
+    assert reporter._bars is None
+    with reporter.progress("again", 1) as advance:  # a fresh display after the last one closed
+        advance()
+    reporter.close()
 
 
 def test_reporter_prints_a_row_per_phase_and_writes_trajectories(tmp_path: Any, capsys: Any) -> None:
