@@ -30,11 +30,11 @@ from __future__ import annotations
 import operator
 import os
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from actors.dist_env import init_single_process_dist
 from policies.types import TrainSample
 from specs.errors import MCPRLError
 
@@ -51,37 +51,6 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf", ".index.json")
 
 class LearnerError(MCPRLError):
     """A batch, dtype or checkpoint the learner cannot use."""
-
-
-def _ensure_single_process_dist_env() -> None:
-    """Fill in the torch.distributed rendezvous variables for a world of one, keeping any already set."""
-    if "MASTER_PORT" not in os.environ:
-        # Probe on every interface: the rendezvous store listens on all of them, and a port free on
-        # loopback may be held on the node's address (a Ray cluster's components use such ports).
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
-        os.environ.setdefault(key, value)
-
-
-def _init_single_process_dist(backend: str, attempts: int = 5) -> None:
-    """``deepspeed.init_distributed`` for a world of one. The port we probed is free when probed, not
-    when the store binds it (a generator starting beside us binds ports too): on EADDRINUSE probe
-    another, unless the port was the user's choice."""
-    import deepspeed
-    import torch
-
-    chosen = "MASTER_PORT" not in os.environ
-    for attempt in range(attempts):
-        _ensure_single_process_dist_env()
-        try:
-            deepspeed.init_distributed(dist_backend=backend)
-            return
-        except torch.distributed.DistNetworkError as e:
-            if not chosen or "EADDRINUSE" not in str(e) or attempt == attempts - 1:
-                raise
-            del os.environ["MASTER_PORT"]
 
 
 def _chunks(items: Sequence[TrainSample], size: int) -> Iterator[Sequence[TrainSample]]:
@@ -137,7 +106,7 @@ class Learner:
         if algo.needs_reference_model:
             self._ref = copy.deepcopy(model).eval().requires_grad_(False)
 
-        _init_single_process_dist("gloo" if not torch.cuda.is_available() else "nccl")
+        init_single_process_dist("gloo" if not torch.cuda.is_available() else "nccl")
         # A plain torch AdamW: DeepSpeed's fused/CPU Adam ops need a compiler toolchain or a GPU.
         self._optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), weight_decay=cfg.weight_decay

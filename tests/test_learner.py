@@ -375,7 +375,7 @@ def test_a_step_that_fails_midway_leaves_no_gradient_behind(
 def test_a_rendezvous_port_taken_after_the_probe_is_probed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     import deepspeed
 
-    from actors.learner import _init_single_process_dist
+    from actors.dist_env import init_single_process_dist
 
     ports: list[str] = []
 
@@ -386,10 +386,10 @@ def test_a_rendezvous_port_taken_after_the_probe_is_probed_again(monkeypatch: py
 
     monkeypatch.setattr(deepspeed, "init_distributed", init_distributed)
     monkeypatch.delenv("MASTER_PORT", raising=False)
-    _init_single_process_dist("gloo")
+    init_single_process_dist("gloo")
     assert len(ports) == 2
     monkeypatch.setenv("MASTER_PORT", "1234")  # the user's port: not second-guessed
     ports.clear()
     with pytest.raises(torch.distributed.DistNetworkError, match="EADDRINUSE"):
-        _init_single_process_dist("gloo")
+        init_single_process_dist("gloo")
     assert ports == ["1234"]

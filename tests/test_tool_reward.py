@@ -432,8 +432,8 @@ def _searched(query: str, k: int = 5) -> list[str]:
     return [tool.name for tool, _ in ROUTER.search(query, k)]
 
 
-def test_route_hits_are_the_tool_names_of_the_route_observation_best_first() -> None:
-    query = {"query": "multiply two numbers with the calculator"}
+def _route_then_multiply(query: dict[str, str]) -> tuple[list[dict[str, Any]], list[ToolCallRecord]]:
+    """An episode that routes with ``query``, multiplies 17 by 25, and answers 425."""
     messages = _conversation(
         _assistant_call("route", query),
         format_tool_result(_route_result(query)),
@@ -441,7 +441,15 @@ def test_route_hits_are_the_tool_names_of_the_route_observation_best_first() -> 
         format_tool_result(ToolResult(text="425")),
         {"role": "assistant", "content": "The answer is 425."},
     )
-    calls = [_call("route", query, turn=1), _call("calculator__multiply", {"a": 17, "b": 25}, turn=2)]
+    return messages, [
+        _call("route", query, turn=1),
+        _call("calculator__multiply", {"a": 17, "b": 25}, turn=2),
+    ]
+
+
+def test_route_hits_are_the_tool_names_of_the_route_observation_best_first() -> None:
+    query = {"query": "multiply two numbers with the calculator"}
+    messages, calls = _route_then_multiply(query)
     hits = route_hits_from_messages(messages, calls)
     # only the route call has an entry; its hits are what the router returned, in its order
     assert hits == {1: _searched("multiply two numbers with the calculator")}
@@ -525,14 +533,7 @@ def _trajectory(messages: list[dict[str, Any]], calls: list[ToolCallRecord], **f
 
 def test_trajectory_tool_reward_scores_the_recorded_calls_hits_and_answer() -> None:
     query = {"query": "multiply two numbers"}
-    messages = _conversation(
-        _assistant_call("route", query),
-        format_tool_result(_route_result(query)),
-        _assistant_call("calculator__multiply", {"a": 17, "b": 25}),
-        format_tool_result(ToolResult(text="425")),
-        {"role": "assistant", "content": "The answer is 425."},
-    )
-    calls = [_call("route", query, turn=1), _call("calculator__multiply", {"a": 17, "b": 25}, turn=2)]
+    messages, calls = _route_then_multiply(query)
     t = _trajectory(messages, calls, final_answer="The answer is 425.", num_turns=3)
     # route: hits hold calculator__multiply (server and tool recalled): H = 5, R_correct = 8, R_tool = 9
     # execute: exact MUL (|A| = 2): R_tool = 10 (first test); D = 2 -> (9 + 10)/2 = 9.5; terminal 1
