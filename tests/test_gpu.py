@@ -76,8 +76,11 @@ async def test_on_gpu_a_sleeping_engine_hands_its_memory_over_and_wakes_up_the_s
 
 
 def test_on_gpu_the_demo_trains_colocated_with_the_engine_asleep_during_updates(tmp_path: Path) -> None:
+    import os
     import subprocess
     import sys
+
+    from tests.test_resume import DIST_VARS
 
     repo = Path(__file__).resolve().parents[1]
     run = subprocess.run(
@@ -93,6 +96,7 @@ def test_on_gpu_the_demo_trains_colocated_with_the_engine_asleep_during_updates(
             "wandb.mode=disabled",
         ],
         cwd=repo,
+        env={k: v for k, v in os.environ.items() if k not in DIST_VARS},  # not this process's rendezvous
         capture_output=True,
         text=True,
         timeout=1200,

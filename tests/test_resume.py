@@ -20,6 +20,7 @@ from specs.task import load_tasks
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "specs" / "domains" / "calculator" / "tasks" / "train.json"
+DIST_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
 def command(tmp_path: Path, *extra: str) -> list[str]:
@@ -54,7 +55,8 @@ def step_tasks(run_dir: Path, step: int) -> list[str]:
 
 def test_a_killed_run_resumes_at_the_next_step_with_the_same_data_order(tmp_path: Path) -> None:
     run_dir = tmp_path / "resume"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Not the rendezvous of this pytest process (an in-process learner test holds its port).
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"PYTHONUNBUFFERED": "1"}
     first = subprocess.Popen(
         command(tmp_path), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
