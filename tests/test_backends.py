@@ -285,8 +285,9 @@ async def test_two_environments_see_neither_each_others_files_nor_processes(prov
     with anyio.fail_after(60):
         async with environment(provisioner) as a, environment(provisioner) as b:
             handle_a, handle_b = EnvHandle(a, provisioner), EnvHandle(b, provisioner)
-            await handle_a.write_file("secret-of-a.txt", "only in a")
-            assert await handle_a.read_file("secret-of-a.txt") == "only in a"
+            secret = f"only in {a.env_id}"  # unique: no library file bound into b holds it
+            await handle_a.write_file("secret-of-a.txt", secret)
+            assert await handle_a.read_file("secret-of-a.txt") == secret
             assert (await handle_b.run(["test", "-e", "secret-of-a.txt"])).returncode == 1
             # Nowhere in b's file system by name (metadata only: reading every file of the host's
             # read-only /usr took over a minute on a busy CI machine), nor by content where
@@ -294,7 +295,7 @@ async def test_two_environments_see_neither_each_others_files_nor_processes(prov
             prune = "-path /proc -prune -o -path /sys -prune -o"
             found = await handle_b.run(["sh", "-c", f"find / {prune} -name secret-of-a.txt -print"])
             assert found.stdout.strip() == "", found.stdout
-            writable = 'grep -rs \'only in a\' /tmp /workspace "$HOME" "$PWD"'
+            writable = f'grep -rs \'{secret}\' /tmp /workspace "$HOME" "$PWD"'
             assert (await handle_b.run(["sh", "-c", writable])).returncode != 0
             list_procs = ["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]
             async with background(provisioner, a, sleeper(3141)):
