@@ -35,7 +35,8 @@ import anyio
 
 from actors import env_watchdog
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, Provisioner
+from actors.provisioners.base import Provisioner
+from specs.env import EnvConfig, EnvHandle, EnvInfo
 from specs.registry import resolve
 from specs.task import TaskSpec
 

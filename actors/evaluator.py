@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.provisioners.base import EnvHandle, EnvInfo, make_provisioner
-from policies.types import Trajectory
-from rewards.ops import EvalOutcome, evaluate_op, is_generic_op
+from actors.provisioners.base import make_provisioner
+
+from specs.env import EnvHandle, EnvInfo
+from specs.trajectory import Trajectory
+from rewards.ops import EvalOutcome, evaluate_op
+from specs.evaluator_grammar import is_generic_op
 from specs.errors import EvaluatorError, MCPRLError
 from specs.registry import resolve
 

@@ -73,7 +73,8 @@ from actors.mcp_wire import (
     redact,
     tool_spec,
 )
-from actors.provisioners.base import EnvInfo, Provisioner, ServerLaunch, make_provisioner
+from actors.provisioners.base import Provisioner, make_provisioner
+from specs.env import EnvInfo, ServerLaunch
 from actors.tool_router import ROUTE_TOOL, ToolRouter, route_observation, visible_tools
 from policies.types import ToolResult, ToolSpec
 from specs.servers import free_port

@@ -12,7 +12,7 @@ import anyio
 
 from actors.errors import GatewayError
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvInfo, ServerLaunch
+from specs.env import EnvInfo, ServerLaunch
 from policies.types import ToolResult, ToolSpec
 
 

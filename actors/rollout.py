@@ -27,10 +27,11 @@ from typing import Any
 import anyio
 import msgspec
 
-from actors.provisioners.base import EnvConfig, EnvInfo
-from policies.observations import ObservationRule
+from specs.env import EnvConfig, EnvInfo
+from specs.observation_rule import ObservationRule
 from policies.react import Engine, EpisodeLimits, build_messages, run_episode
-from policies.types import SamplingConfig, Trajectory
+from policies.types import SamplingConfig
+from specs.trajectory import Trajectory
 from specs.errors import MCPRLError
 
 logger = logging.getLogger(__name__)

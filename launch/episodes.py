@@ -18,7 +18,8 @@ from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
 from policies.replay import check_replay
 from policies.thought import THINK_INSTRUCTIONS, reasoning_text
 from policies.tokens import ChatRecorder
-from policies.types import TrainSample, Trajectory
+from policies.types import TrainSample
+from specs.trajectory import Trajectory
 from rewards.tool_reward import trajectory_tool_reward
 from specs.config import RunConfig
 

@@ -48,7 +48,7 @@ import msgspec
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from policies.metrics import OVERALL, metrics_with_stderr  # noqa: E402  (no ML imports)
-from policies.observations import ObservationRule  # noqa: E402
+from specs.observation_rule import ObservationRule  # noqa: E402
 from specs.config import RunConfig, load_run_config  # noqa: E402
 from specs.errors import SpecError  # noqa: E402
 

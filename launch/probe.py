@@ -36,7 +36,8 @@ import msgspec  # noqa: E402
 
 from actors.errors import EnvError, InfraError  # noqa: E402
 from actors.mcp_gateway import McpGateway  # noqa: E402
-from actors.provisioners.base import EnvConfig, Provisioner, ServerLaunch, make_provisioner  # noqa: E402
+from actors.provisioners.base import Provisioner, make_provisioner  # noqa: E402
+from specs.env import EnvConfig, ServerLaunch  # noqa: E402
 from specs.errors import SpecError  # noqa: E402
 from specs.servers import load_server_registry  # noqa: E402
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from policies.types import Trajectory
+from specs.trajectory import Trajectory
 from specs.config import RunConfig, to_dict
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (

@@ -11,7 +11,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 
 from policies.advantages import group_advantages, keep_groups
-from policies.types import TrainSample, Trajectory
+from policies.types import TrainSample
+from specs.trajectory import Trajectory
 from rewards.adoption import shaped_return, step_advantages_with_bonus
 
 

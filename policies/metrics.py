@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from policies.types import ToolCallRecord, Trajectory
+from specs.trajectory import ToolCallRecord, Trajectory
 
 BUILTIN_SERVER = "mcprl"
 """The server name of the gateway's built-in tools (``route``), which no MCP server runs."""

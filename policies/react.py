@@ -21,17 +21,12 @@ from typing import Any, Protocol
 import msgspec
 
 from policies.chat import format_tool_result, render_system_prompt
-from policies.observations import ObservationRule, apply_rule
+from policies.observations import apply_rule
+from specs.observation_rule import ObservationRule
 from policies.tokens import ChatRecorder
 from policies.tool_calls import ToolCallParseError, parse_tool_call
-from policies.types import (
-    Generation,
-    SamplingConfig,
-    ToolCallRecord,
-    ToolResult,
-    ToolSpec,
-    Trajectory,
-)
+from policies.types import Generation, SamplingConfig, ToolResult, ToolSpec
+from specs.trajectory import ToolCallRecord, Trajectory
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ import msgspec
 
 from policies.observations import RuleRecord, replay
 from policies.tokens import ChatRecorder
-from policies.types import Generation, Trajectory
+from policies.types import Generation
+from specs.trajectory import Trajectory
 
 
 class ReplayError(ValueError):

@@ -1,7 +1,9 @@
-"""Data that crosses stage boundaries: generations, tools, tool results, trajectories.
+"""Data the agent loop exchanges with its engine, its tools and its learner: generations, tools,
+tool results, learner samples.
 
-Plain msgspec Structs: they pickle through Ray, encode to JSON for the per-step JSONL, and carry
-no behaviour. Every layer (actors, policies, rewards, launch) imports them from here.
+Plain msgspec Structs: they pickle through Ray and carry no behaviour. The finished episode
+(``Trajectory``, its tool-call records and its score) is lower down, in ``specs.trajectory``, where
+domain evaluators and rewards can read it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+
+from specs.trajectory import CutRecord
 
 
 class SamplingConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,79 +85,14 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     """Images (``{"mimeType", "data"}``, base64) kept for multimodal models (gateway option)."""
     server: str | None = None
     """The MCP server that ran the call (``None``: it never reached one)."""
+    tool: str | None = None
+    """The tool's own name on that server."""
     read_only: bool | None = None
     """The tool's ``readOnlyHint``."""
-
-
-class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry of a trajectory's tool-call log."""
-
-    turn: int
-    name: str
-    arguments: dict[str, Any]
-    ok: bool
-    error_kind: str | None
-    latency_s: float
-    output_bytes: int
-    server: str | None = None
-    read_only: bool | None = None
-
-
-TrajectoryStatus = Literal["ok", "infra_failed", "eval_failed"]
-
-
-class Trajectory(msgspec.Struct, kw_only=True):
-    """A token-exact multi-turn episode, ready for the learner.
-
-    ``token_ids`` is the whole conversation as the model saw it; ``trainable[i]`` is 1 exactly for
-    tokens the policy sampled, whose rollout log-probabilities are in ``logprobs[i]`` (0.0
-    elsewhere). ``segment_starts`` lists where a new rendering segment began (0 always; more when
-    a chat template rewrote history and the recorder had to restart).
-    """
-
-    task_id: str
-    group_id: str
-    token_ids: list[int]
-    trainable: list[int]
-    logprobs: list[float]
-    versions: list[int]
-    """Policy version of each model turn, in order."""
-    messages: list[dict[str, Any]]
-    """The conversation as chat messages (decoded), for logs and evaluators."""
-    tool_calls: list[ToolCallRecord] = msgspec.field(default_factory=list)
-    segment_starts: list[int] = msgspec.field(default_factory=lambda: [0])
-    reasoning: list[int] = msgspec.field(default_factory=list)
-    """Thought-MDP mask: 1 for sampled tokens of an explicit reasoning span (inside ``trainable``);
-    the action mask is ``trainable`` minus it. Empty when the agent does not reason explicitly."""
-    final_answer: str | None = None
-    """The model's last message when it ended without a tool call."""
-    num_turns: int = 0
-    truncated: bool = False
-    """Ended by the turn or context limit rather than by a final answer."""
-    status: TrajectoryStatus = "ok"
-    error: str | None = None
-    """Why the trajectory failed, when ``status`` is not ``ok``."""
-    reward: float | None = None
-    reward_details: dict[str, Any] = msgspec.field(default_factory=dict)
-    observation_records: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    """What the observation rule did at each step (``policies.observations.RuleRecord`` as builtins),
-    when one was applied: ``messages`` is then the full history and these rebuild each step's
-    context from it (``policies.replay``). Empty without a rule."""
-
-    @property
-    def num_generated_tokens(self) -> int:
-        return sum(self.trainable)
-
-    @property
-    def num_reasoning_tokens(self) -> int:
-        return sum(self.reasoning)
-
-    @property
-    def action(self) -> list[int]:
-        """Thought-MDP action mask: sampled tokens outside the reasoning spans."""
-        if not self.reasoning:
-            return list(self.trainable)
-        return [t & (1 - r) for t, r in zip(self.trainable, self.reasoning, strict=True)]
+    route_hits: tuple[str, ...] | None = None
+    """For the gateway's ``route`` tool: the namespaced tools it returned, best first."""
+    cuts: tuple[CutRecord, ...] = ()
+    """What the gateway cut to its caps (text, structured content, images) before returning."""
 
 
 class TrainSample(msgspec.Struct, frozen=True, kw_only=True):

@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.advantages import group_advantages
-from policies.types import ToolCallRecord
+from specs.trajectory import ToolCallRecord
 
 LAMBDA_LEN = 0.05
 LAMBDA_CAP = 0.2

@@ -27,9 +27,8 @@ from typing import Any
 import msgspec
 
 from specs.errors import EvaluatorError
+from specs.evaluator_grammar import GENERIC_OPS, FuncStep, parse_func
 
-FUNCS: frozenset[str] = frozenset({"raw", "json", "get", "len", "foreach", "list", "number"})
-GENERIC_OPS: frozenset[str] = frozenset({"", "=", "<", "<=", ">", ">=", "in", "contain", "approx"})
 DEFAULT_ABS_TOL = 1e-6
 
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|(?<![\w.])-?\.\d+")
@@ -45,32 +44,6 @@ class EvalOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
 class OutputMismatch(Exception):
     """The model's output does not fit the func chain (a failed check, not a crash)."""
-
-
-class FuncStep(msgspec.Struct, frozen=True):
-    name: str
-    args: tuple[str, ...] = ()
-
-
-def parse_func(func: str) -> list[FuncStep]:
-    """Parse ``"json -> get(city)"``; ``EvaluatorError`` on unknown steps or missing arguments."""
-    steps: list[FuncStep] = []
-    for item in (p.strip() for p in func.split("->")):
-        if not item:
-            continue
-        m = re.fullmatch(r"([A-Za-z_]\w*)\s*(?:\((.*)\))?", item)
-        if m is None:
-            raise EvaluatorError(f"func {func!r}: cannot parse step {item!r}; expected name or name(args)")
-        name, raw_args = m.group(1), m.group(2)
-        if name not in FUNCS:
-            raise EvaluatorError(f"func {func!r}: unknown step {name!r}; known: {', '.join(sorted(FUNCS))}")
-        args = tuple(a.strip() for a in raw_args.split(",")) if raw_args else ()
-        if name == "get" and (len(args) != 1 or not args[0]):
-            raise EvaluatorError(f"func {func!r}: get needs exactly one key, as get(key)")
-        steps.append(FuncStep(name, args))
-    if not steps:
-        raise EvaluatorError(f"func {func!r}: empty chain; use 'raw' for the output as it is")
-    return steps
 
 
 def final_number(text: str) -> float | None:
@@ -238,7 +211,3 @@ def evaluate_op(func: str, op: str, value: Any, op_args: Any, output: Any) -> Ev
             where = f" (item {i})" if len(results) > 1 else ""
             return EvalOutcome(passed=False, reason=f"{func} {op}: {reason}{where}")
     return EvalOutcome(passed=True)
-
-
-def is_generic_op(op: str) -> bool:
-    return op in GENERIC_OPS

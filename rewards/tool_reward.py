@@ -79,7 +79,7 @@ from typing import Any, Literal
 import msgspec
 
 from policies.chat import TOOL_CALL_OPEN, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
-from policies.types import ToolCallRecord, Trajectory
+from specs.trajectory import ToolCallRecord, Trajectory
 from specs.task import ReferenceCall
 
 ROUTE_TOOL_NAME = "route"

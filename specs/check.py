@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rewards.ops import GENERIC_OPS, parse_func
+from specs.evaluator_grammar import GENERIC_OPS, parse_func
 from specs.config import load_run_config
 from specs.errors import EvaluatorError, SpecError, raise_all
 from specs.registry import resolve

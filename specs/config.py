@@ -17,7 +17,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from policies.observations import ObservationRule
+from specs.observation_rule import ObservationRule
 from specs.algorithm import GrpoConfig
 from specs.errors import SpecError, raise_all, split_validation_error
 

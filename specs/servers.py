@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from actors.provisioners.base import ServerLaunch
+from specs.env import ServerLaunch
 from specs.errors import SpecError, raise_all, read_json_file, split_validation_error
 
 _TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")

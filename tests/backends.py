@@ -26,7 +26,9 @@ import psutil
 import pytest
 from mcp.client.stdio import get_default_environment
 
-from actors.provisioners.base import EnvConfig, EnvInfo, Provisioner, ServerLaunch
+from actors.provisioners.base import Provisioner
+
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.bwrap import BwrapProvisioner, install_roots
 from actors.provisioners.local import ENV_MARKER, LocalProvisioner
 

@@ -17,7 +17,7 @@ import anyio  # noqa: E402
 
 from actors.env_pool import EnvPool  # noqa: E402
 from actors.mcp_gateway import McpGateway  # noqa: E402
-from actors.provisioners.base import EnvConfig  # noqa: E402
+from specs.env import EnvConfig  # noqa: E402
 from specs.task import TaskSpec  # noqa: E402
 from tests.backends import edge_server, make_backend  # noqa: E402
 

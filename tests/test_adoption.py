@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from policies.advantages import group_advantages
-from policies.types import ToolCallRecord
+from specs.trajectory import ToolCallRecord
 from rewards.adoption import (
     PassRateCurator,
     group_step_advantages,

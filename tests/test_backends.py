@@ -21,7 +21,8 @@ from anyio.abc import SocketAttribute
 
 from actors.env_pool import EnvPool
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvConfig, EnvHandle, Provisioner, ServerLaunch
+from actors.provisioners.base import Provisioner
+from specs.env import EnvConfig, EnvHandle, ServerLaunch
 from actors.provisioners.local import ENV_MARKER
 from specs.registry import cleanup, prepare
 from specs.servers import load_server_registry

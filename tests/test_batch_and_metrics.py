@@ -10,7 +10,7 @@ import pytest
 
 from launch.train import TaskStream
 from policies.batch import adoption_samples, demonstration_samples, rl_samples
-from policies.types import ToolCallRecord, Trajectory
+from specs.trajectory import ToolCallRecord, Trajectory
 
 
 def traj(

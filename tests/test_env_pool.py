@@ -12,7 +12,7 @@ import pytest
 
 from actors.env_pool import EnvPool
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo, ServerLaunch
+from specs.env import EnvConfig, EnvHandle, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
 from specs.registry import cleanup, prepare
 from specs.task import CleanupSpec, PrepareSpec, TaskSpec
@@ -248,7 +248,7 @@ async def test_the_reaper_destroys_leftovers_of_dead_owners_only(tmp_path: Path)
     # An earlier run that crashed: its owner process created an env and exited without destroying it.
     script = textwrap.dedent(f"""
         import anyio
-        from actors.provisioners.base import EnvConfig
+        from specs.env import EnvConfig
         from actors.provisioners.local import LocalProvisioner
         print(anyio.run(LocalProvisioner({str(root)!r}).create, EnvConfig(), "old-run").workdir)
     """)

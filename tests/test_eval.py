@@ -24,7 +24,7 @@ from launch.eval import (
     summary_line,
     task_domains,
 )
-from policies.observations import ObservationRule
+from specs.observation_rule import ObservationRule
 from specs.errors import SpecError
 
 REPO = Path(__file__).resolve().parent.parent

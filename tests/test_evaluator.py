@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from actors.evaluator import Evaluator
-from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo
+from specs.env import EnvConfig, EnvHandle, EnvInfo
 from actors.provisioners.local import LocalProvisioner
-from policies.types import Trajectory
+from specs.trajectory import Trajectory
 from rewards.ops import EvalOutcome
 from specs.errors import EvaluatorError
 from specs.registry import evaluator

@@ -21,7 +21,7 @@ import pytest
 
 from actors.errors import GatewayError, InfraError
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvConfig, EnvInfo, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
 from policies.types import ToolSpec
 from specs.servers import load_server_registry

@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 
 from actors.errors import GatewayError, InfraError
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvConfig, EnvInfo, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
 from policies.chat import format_tool_result
 from policies.react import EpisodeLimits, build_messages, run_episode

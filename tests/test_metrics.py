@@ -15,7 +15,7 @@ from policies.metrics import (
     ratio_and_stderr,
     turn_input_tokens,
 )
-from policies.types import ToolCallRecord, Trajectory
+from specs.trajectory import ToolCallRecord, Trajectory
 
 
 def call(turn: int, kind: str | None = None) -> ToolCallRecord:

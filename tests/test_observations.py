@@ -15,7 +15,6 @@ import pytest
 
 from policies.chat import format_tool_call, format_tool_result
 from policies.observations import (
-    ObservationRule,
     Replacement,
     RuleRecord,
     apply_rule,
@@ -23,6 +22,7 @@ from policies.observations import (
     rewritten_steps,
 )
 from policies.types import ToolCall, ToolResult
+from specs.observation_rule import ObservationRule
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. " + "s" * 3000}
 USER = {"role": "user", "content": "Set A1 to 100. " + "u" * 3000}

@@ -20,7 +20,8 @@ from launch.train import TaskStream
 from policies.react import EpisodeLimits
 from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder
-from policies.types import SamplingConfig, Trajectory
+from policies.types import SamplingConfig
+from specs.trajectory import Trajectory
 from specs.domains.calculator.expert import respond
 from specs.servers import load_server_registry
 from specs.task import load_tasks

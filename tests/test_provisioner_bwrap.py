@@ -13,7 +13,7 @@ import anyio.abc
 import pytest
 
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvHandle, ServerLaunch
+from specs.env import EnvConfig, EnvHandle, ServerLaunch
 from actors.provisioners.bwrap import BwrapProvisioner
 from actors.provisioners.local import ENV_MARKER
 from tests.backends import background, environment

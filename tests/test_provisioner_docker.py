@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvHandle, EnvInfo
+from specs.env import EnvConfig, EnvHandle, EnvInfo
 from actors.provisioners.docker import DockerProvisioner, engine_client
 from tests.backends import docker_engine, host_python_binds, run_id, unavailable
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from actors.provisioners.base import ServerLaunch
+from specs.env import ServerLaunch
 from rewards.ops import evaluate_op
 from specs.domains.calculator.generate import (
     CONTAINERS,

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.provisioners.base import EnvConfig, EnvHandle
+from specs.env import EnvConfig, EnvHandle
 from actors.provisioners.local import LocalProvisioner
 from rewards.ops import EvalOutcome
 from specs.errors import SpecError

@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 from policies.chat import format_tool_call, format_tool_result
 from policies.thought import reasoning_mask, reasoning_spans, reasoning_text
 from policies.tokens import ChatRecorder
-from policies.types import Generation, ToolCall, ToolResult, Trajectory
+from policies.types import Generation, ToolCall, ToolResult
+from specs.trajectory import Trajectory
 
 THINK_CALL = "<think>17 and 25: add them with the calculator.</think>\n" + format_tool_call(
     ToolCall(name="calculator__calculate", arguments={"expression": "17 + 25"})

@@ -14,7 +14,8 @@ import pytest
 
 from policies.chat import format_tool_call, format_tool_result, render_system_prompt
 from policies.tokens import ChatRecorder, RecorderError
-from policies.types import Generation, ToolCall, ToolResult, ToolSpec, Trajectory
+from policies.types import Generation, ToolCall, ToolResult, ToolSpec
+from specs.trajectory import Trajectory
 
 CALC = ToolSpec(
     name="calculator__calculate", server="calculator", tool="calculate", description="Arithmetic."

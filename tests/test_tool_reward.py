@@ -23,7 +23,8 @@ from policies.react import EpisodeLimits, build_messages, run_episode
 from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder
 from policies.tool_calls import parse_tool_call
-from policies.types import SamplingConfig, ToolCall, ToolCallRecord, ToolResult, ToolSpec, Trajectory
+from policies.types import SamplingConfig, ToolCall, ToolResult, ToolSpec
+from specs.trajectory import ToolCallRecord, Trajectory
 from rewards.ops import evaluate_op
 from rewards.tool_reward import (
     ToolRewardWeights,

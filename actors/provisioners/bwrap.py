@@ -61,7 +61,7 @@ import anyio
 import psutil
 
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.local import (
     ENV_MARKER,
     LocalProvisioner,

@@ -53,7 +53,7 @@ import anyio
 import msgspec
 
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.bwrap import ETC_FILES, SANDBOX_PATH, install_roots, outermost
 from actors.provisioners.docker_exec import engine_client, env_url, exec_blocking, short
 from actors.provisioners.local import owner

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 
 from actors.errors import EnvError
-from actors.provisioners.base import EnvInfo, ExecResult
+from specs.env import EnvInfo, ExecResult
 from actors.provisioners.local import ENV_MARKER, TIMEOUT_RETURNCODE, kill_all
 
 logger = logging.getLogger(__name__)

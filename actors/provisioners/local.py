@@ -42,7 +42,7 @@ import msgspec
 import psutil
 
 from actors.errors import EnvError
-from actors.provisioners.base import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,8 @@ import psutil
 from actors.env_pool import EnvPool
 from actors.errors import EnvError
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvConfig, EnvInfo, Provisioner, ServerLaunch, make_provisioner
+from actors.provisioners.base import Provisioner, make_provisioner
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import ENV_MARKER
 from specs.servers import load_server_registry
 from specs.task import TaskSpec

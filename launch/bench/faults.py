@@ -21,7 +21,7 @@ import anyio.abc
 import psutil
 
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvInfo, ServerLaunch
+from specs.env import EnvInfo, ServerLaunch
 from actors.provisioners.local import ENV_MARKER, LocalProvisioner, kill_marked_processes
 from launch.bench.sim_generator import SimulatedGenerator
 from policies.types import ToolResult, ToolSpec

@@ -48,7 +48,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from actors.mcp_gateway import McpGateway
-from actors.provisioners.base import EnvConfig, EnvInfo, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
 from launch.bench.env_pool import percentile
 

@@ -15,7 +15,7 @@ an infrastructure error, it is never scored.
 
 from __future__ import annotations
 
-from actors.provisioners.base import EnvHandle
+from specs.env import EnvHandle
 from specs.registry import cleanup, prepare
 from specs.task import TaskSpec
 
