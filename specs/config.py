@@ -1,25 +1,24 @@
 """Run configuration: frozen msgspec Structs loaded from YAML, overridable as ``key.path=value``.
 
-``load_run_config(None, [])`` is the embedded demo (every default). Unknown keys are refused with
-the valid keys at that level; wrong types and failed validators are refused with the file and the
-field. Validators live next to the fields they guard and say why the constraint exists. This module
+``load_run_config(None, [])`` is the embedded demo (every default). Values are read as their field's
+type (``lr: 1e-5`` and ``learner.lr=2e-5`` are floats; ``specs/config_loading.py``). Unknown keys are
+refused with the valid keys at that level; wrong values and failed validators are refused with the
+file and the field. Validators live next to the fields they guard and say why the constraint exists. This module
 imports no ML library, so launchers can parse (and refuse) a config before importing torch.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import typing
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import yaml
 
-from specs.observation_rule import ObservationRule
 from specs.algorithm import GrpoConfig
-from specs.errors import SpecError, raise_all, split_validation_error
+from specs.config_loading import load_config
+from specs.observation_rule import ObservationRule
 
 
 class DomainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -221,8 +220,10 @@ class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def __post_init__(self) -> None:
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"learner.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
-        if self.lr <= 0 or self.micro_batch_size < 1 or self.epochs_per_step < 1:
-            raise ValueError("learner.lr must be > 0, micro_batch_size and epochs_per_step >= 1")
+        if not 0 < self.lr < math.inf:  # written so that NaN fails too
+            raise ValueError(f"learner.lr must be a finite number > 0, got {self.lr}")
+        if self.micro_batch_size < 1 or self.epochs_per_step < 1:
+            raise ValueError("learner.micro_batch_size and learner.epochs_per_step must be >= 1")
 
 
 class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -238,8 +239,10 @@ class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Demonstrations per optimizer step."""
 
     def __post_init__(self) -> None:
-        if self.demonstrations < 1 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ValueError("warmstart: demonstrations, epochs and batch_size must be >= 1 and lr > 0")
+        if self.demonstrations < 1 or self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("warmstart: demonstrations, epochs and batch_size must be >= 1")
+        if not 0 < self.lr < math.inf:  # written so that NaN fails too
+            raise ValueError(f"warmstart.lr must be a finite number > 0, got {self.lr}")
 
 
 class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -388,99 +391,12 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         return self.train.eval_max_turns or self.rollout.max_turns
 
 
-def _struct_fields(tp: Any) -> dict[str, Any] | None:
-    """Field name -> type of a Struct type, else ``None`` (a leaf value)."""
-    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        return {f.name: f.type for f in msgspec.structs.fields(tp)}
-    return None
-
-
-def _literal_choices(where: str) -> tuple[Any, ...]:
-    """The allowed values when the field at ``where`` (``a.b``) is a ``Literal``, else ``()``."""
-    tp: Any = RunConfig
-    for key in where.split("."):
-        fields = _struct_fields(tp)
-        if fields is None or key not in fields:
-            return ()
-        tp = fields[key]
-    return typing.get_args(tp) if typing.get_origin(tp) is Literal else ()
-
-
-def _unknown_keys(data: Any, tp: Any, path: str, file: str) -> list[SpecError]:
-    fields = _struct_fields(tp)
-    if fields is None or not isinstance(data, dict):
-        return []
-    problems: list[SpecError] = []
-    for key, value in data.items():
-        where = f"{path}.{key}" if path else str(key)
-        if key not in fields:
-            level = path or "top level"
-            problems.append(
-                SpecError(file, where, f"unknown key; valid keys at {level}: {', '.join(fields)}")
-            )
-        else:
-            problems.extend(_unknown_keys(value, fields[key], where, file))
-    return problems
-
-
-def _apply_override(data: dict[str, Any], override: str) -> None:
-    file = "command line"
-    key_path, sep, raw = override.partition("=")
-    if not sep or not key_path.strip():
-        raise SpecError(file, f"override {override!r}", "expected key.path=value")
-    keys = key_path.strip().split(".")
-    node, tp = data, RunConfig
-    for depth, key in enumerate(keys):
-        fields = _struct_fields(tp)
-        here = ".".join(keys[:depth]) or "top level"
-        if fields is None:
-            raise SpecError(file, f"override {override!r}", f"{here} is not a section; it has no key {key!r}")
-        if key not in fields:
-            raise SpecError(
-                file,
-                f"override {override!r}",
-                f"unknown key {key!r}; valid keys at {here}: {', '.join(fields)}",
-            )
-        if depth == len(keys) - 1:
-            try:
-                node[key] = yaml.safe_load(raw) if raw.strip() else ""
-            except yaml.YAMLError as e:
-                raise SpecError(file, f"override {override!r}", f"value is not valid YAML: {e}") from None
-            return
-        child = node.get(key)
-        if not isinstance(child, dict):
-            child = node[key] = {}
-        node, tp = child, fields[key]
-
-
 def load_run_config(path: str | os.PathLike[str] | None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Load a YAML run config (``None``: all defaults), apply ``key.path=value`` overrides, validate."""
-    file = str(path) if path is not None else "<defaults>"
-    data: Any = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise SpecError(file, "file", "no such file") from None
-        except yaml.YAMLError as e:
-            raise SpecError(file, "file", f"invalid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise SpecError(
-                file, "top level", f"expected a mapping of config sections, got {type(data).__name__}"
-            )
-    raise_all(_unknown_keys(data, RunConfig, "", file))
-    for override in overrides:
-        _apply_override(data, override)
-    if overrides:
-        file = f"{file} (with overrides {' '.join(overrides)})"
-    try:
-        return msgspec.convert(data, RunConfig)
-    except msgspec.ValidationError as e:
-        where, message = split_validation_error(e, "")
-        choices = _literal_choices(where)
-        if choices:
-            message += f"; expected one of: {', '.join(map(str, choices))}"
-        raise SpecError(file, where, message) from None
+    """Load a YAML run config (``None``: all defaults), apply ``key.path=value`` overrides, validate.
+
+    Values are read as their field's type (``lr: 1e-5`` is a float): see ``specs.config_loading``.
+    """
+    return load_config(RunConfig, path, overrides)
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:

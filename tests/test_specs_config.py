@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -128,3 +130,158 @@ def test_every_field_has_a_docstring() -> None:
                 after = body[i + 1] if i + 1 < len(body) else None
                 documented = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
                 assert documented, f"{cls.name}.{ast.unparse(node.target)} has no docstring"
+
+
+# The spellings ML users write for a learning rate; PyYAML (YAML 1.1) reads the ones without a dot as strings.
+FLOAT_SPELLINGS = [
+    ("1e-5", 1e-5),
+    ("1E-5", 1e-5),
+    ("2e-5", 2e-5),
+    ("1.0e-5", 1e-5),
+    ("0.00001", 1e-5),
+    ("5e-1", 0.5),
+    ("1e3", 1000.0),
+    ("1e+3", 1000.0),
+    ("1E-05", 1e-5),
+    (".5", 0.5),
+    ("3", 3.0),
+]
+
+
+@pytest.mark.parametrize(("spelling", "value"), FLOAT_SPELLINGS)
+def test_a_float_field_reads_each_numeric_spelling_from_a_yaml_file(
+    tmp_path: Path, spelling: str, value: float
+) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(f"learner: {{lr: {spelling}}}\nwarmstart:\n  lr: {spelling}\n")
+    cfg = load_run_config(path)
+    assert cfg.learner.lr == value and type(cfg.learner.lr) is float
+    assert cfg.warmstart.lr == value and type(cfg.warmstart.lr) is float
+
+
+@pytest.mark.parametrize(("spelling", "value"), FLOAT_SPELLINGS)
+def test_a_float_field_reads_each_numeric_spelling_from_the_command_line(spelling: str, value: float) -> None:
+    cfg = load_run_config(None, [f"learner.lr={spelling}"])
+    assert cfg.learner.lr == value and type(cfg.learner.lr) is float
+
+
+def test_a_negative_exponent_with_a_sign_reads_as_a_float() -> None:
+    assert load_run_config(None, ["algorithm.tool_bonus=-1e-2"]).algorithm.tool_bonus == -0.01
+
+
+def test_an_override_replaces_a_value_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("learner:\n  lr: 1e-5\n  micro_batch_size: 2\n")
+    cfg = load_run_config(path, ["learner.lr=2e-5"])
+    assert (cfg.learner.lr, cfg.learner.micro_batch_size) == (2e-5, 2)
+
+
+def test_a_value_that_is_no_number_is_refused_naming_the_field_the_type_and_the_value(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_run_config(None, ["learner.lr=fast"])
+    assert info.value.where == "learner.lr"
+    assert info.value.message == "Expected `float`, got `str` ('fast')"
+    path = tmp_path / "run.yaml"
+    path.write_text("learner:\n  lr: 1e-5x\n")
+    with pytest.raises(SpecError) as info:
+        load_run_config(path)
+    assert (info.value.file, info.value.where) == (str(path), "learner.lr")
+    assert "Expected `float`, got `str` ('1e-5x')" in info.value.message
+
+
+@pytest.mark.parametrize("value", ["nan", ".nan", "inf", "0", "-1e-5"])
+def test_a_learning_rate_must_be_a_finite_positive_number(value: str) -> None:
+    with pytest.raises(SpecError, match="learner.lr must be a finite number > 0"):
+        load_run_config(None, [f"learner.lr={value}"])
+
+
+def test_an_int_field_takes_integral_spellings_and_refuses_fractions() -> None:
+    cfg = load_run_config(None, ["train.steps=1e3", "rollout.max_turns=4.0", "seed=-3"])
+    assert (cfg.train.steps, cfg.rollout.max_turns, cfg.seed) == (1000, 4, -3)
+    assert type(cfg.train.steps) is int and type(cfg.rollout.max_turns) is int
+    with pytest.raises(SpecError) as info:
+        load_run_config(None, ["train.steps=2.5"])
+    assert info.value.where == "train.steps" and info.value.message == "Expected `int`, got `float` (2.5)"
+
+
+def test_ints_are_accepted_by_float_fields_as_floats(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("rollout:\n  tool_timeout_s: 30\nlearner:\n  betas: [1, 0.999]\n")
+    cfg = load_run_config(path, ["rollout.temperature=1"])
+    assert cfg.rollout.tool_timeout_s == 30.0 and type(cfg.rollout.tool_timeout_s) is float
+    assert cfg.learner.betas == (1.0, 0.999) and cfg.rollout.temperature == 1.0
+
+
+def test_bool_fields_take_true_and_false_and_refuse_other_words() -> None:
+    cfg = load_run_config(None, ["env.reuse=false", "learner.gradient_checkpointing=true"])
+    assert cfg.env.reuse is False and cfg.learner.gradient_checkpointing is True
+    with pytest.raises(SpecError) as info:
+        load_run_config(None, ["env.reuse=maybe"])
+    assert info.value.where == "env.reuse" and "Expected `bool`, got `str` ('maybe')" in info.value.message
+
+
+def test_a_text_field_keeps_text_that_looks_like_a_number(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("run_name: 1e5\nmodel:\n  path: 1.0e-5\n")  # 1.0e-5 is a YAML 1.1 float: quote it
+    with pytest.raises(SpecError) as info:
+        load_run_config(path)
+    assert info.value.where == "model.path"
+    assert info.value.message == "Expected `str`, got `float` (1e-05); quote the value to keep it as text"
+    path.write_text("run_name: 1e5\nmodel:\n  path: '1.0e-5'\n")
+    cfg = load_run_config(path)
+    assert (cfg.run_name, cfg.model.path) == ("1e5", "1.0e-5")
+
+
+def test_on_the_command_line_a_text_field_gets_the_text_typed() -> None:
+    cfg = load_run_config(
+        None, ["run_name=2024", "output_dir=1.0e-5", "domain.system_prompt=Answer: yes", "wandb.entity=007"]
+    )
+    assert (cfg.run_name, cfg.output_dir) == ("2024", "1.0e-5")
+    assert cfg.domain.system_prompt == "Answer: yes" and cfg.wandb.entity == "007"
+    assert load_run_config(None, ["domain.system_prompt=null"]).domain.system_prompt is None
+    assert load_run_config(None, ["run_name='quoted'"]).run_name == "quoted"
+
+
+def test_nested_overrides_reach_lists_and_optional_sections() -> None:
+    cfg = load_run_config(
+        None,
+        [
+            "learner.betas=[0.9, 1e-3]",
+            "rollout.tool_budget_s=1e2",
+            "rollout.observation_rule.keep_last_costly=2",
+            "rollout.observation_rule.costly_chars=1e3",
+            "train.curation_band=[1e-1, 9e-1]",
+        ],
+    )
+    assert cfg.learner.betas == (0.9, 0.001) and cfg.rollout.tool_budget_s == 100.0
+    assert cfg.rollout.observation_rule is not None
+    assert (cfg.rollout.observation_rule.keep_last_costly, cfg.rollout.observation_rule.costly_chars) == (
+        2,
+        1000,
+    )
+    assert cfg.train.curation_band == (0.1, 0.9)
+    with pytest.raises(SpecError) as info:
+        load_run_config(None, ["learner.betas=[0.9, fast]"])
+    assert info.value.where == "learner.betas[1]" and "got `str` ('fast')" in info.value.message
+    with pytest.raises(SpecError, match="unknown key 'k'; valid keys at rollout.observation_rule: keep_last"):
+        load_run_config(None, ["rollout.observation_rule.k=2"])
+
+
+def test_parsing_a_training_command_line_imports_no_ml_library() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "sys.path.insert(0, 'launch')\n"
+        "import train\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    train.main(['learner.lr=2e-5', '--help'])\n"
+        "with contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        "    assert train.main(['learner.lr=fast']) == 2\n"
+        "assert 'learner.lr' in err.getvalue(), err.getvalue()\n"
+        "assert train.load_run_config(None, ['learner.lr=2e-5']).learner.lr == 2e-5\n"
+        "heavy = {'torch', 'vllm', 'ray', 'transformers', 'deepspeed'} & set(sys.modules)\n"
+        "assert not heavy, heavy"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
