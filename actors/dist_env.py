@@ -1,42 +1,46 @@
 """torch.distributed for a learner that is a world of one (DeepSpeed needs a process group anyway).
 
-The rendezvous variables are filled in when absent (a free port probed on every interface); the
-store binds that port later, so another process starting beside us (a vLLM engine) may take it in
-between: ``init_single_process_dist`` then probes another, unless the port was the user's choice.
+``init_single_process_dist`` makes the process group itself, before DeepSpeed looks: the master's
+``TCPStore`` listens on port 0, so the operating system picks a free port as it binds (no port is
+probed and then bound later, so no other process can take it in between), and the group is made
+from that store. DeepSpeed's ``init_distributed`` then finds torch.distributed initialized and uses
+it. A ``MASTER_PORT`` the user set is theirs: then the group is made the usual way (``env://``) on
+that port. A second call in a process that already has its group (a second learner) reuses it.
 """
 
 from __future__ import annotations
 
 import os
-import socket
+from datetime import timedelta
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+STORE_TIMEOUT = timedelta(minutes=5)
 
 
 def ensure_single_process_dist_env() -> None:
-    """Fill in the torch.distributed rendezvous variables for a world of one, keeping any already set."""
-    if "MASTER_PORT" not in os.environ:
-        # Probe on every interface: the rendezvous store listens on all of them, and a port free on
-        # loopback may be held on the node's address (a Ray cluster's components use such ports).
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+    """Fill in the rank variables of a world of one (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), and
+    ``MASTER_ADDR`` where the user chose a ``MASTER_PORT``; any already set are kept."""
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
         os.environ.setdefault(key, value)
+    if "MASTER_PORT" in os.environ:
+        os.environ.setdefault("MASTER_ADDR", LOOPBACK)
 
 
-def init_single_process_dist(backend: str, attempts: int = 5) -> None:
-    """``deepspeed.init_distributed`` for a world of one. The port we probed is free when probed, not
-    when the store binds it (a generator starting beside us binds ports too): on EADDRINUSE probe
-    another, unless the port was the user's choice."""
+def rendezvous_store() -> Any:
+    """A world-of-one master ``TCPStore`` on a port the operating system picks (its ``.port``)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(LOOPBACK, 0, world_size=1, is_master=True, timeout=STORE_TIMEOUT)
+
+
+def init_single_process_dist(backend: str) -> None:
+    """torch.distributed and ``deepspeed.init_distributed`` for a world of one on ``backend``
+    (``gloo`` or ``nccl``); a no-op for the group where this process already has one."""
     import deepspeed
-    import torch
+    import torch.distributed as dist
 
-    chosen = "MASTER_PORT" not in os.environ
-    for attempt in range(attempts):
-        ensure_single_process_dist_env()
-        try:
-            deepspeed.init_distributed(dist_backend=backend)
-            return
-        except torch.distributed.DistNetworkError as e:
-            if not chosen or "EADDRINUSE" not in str(e) or attempt == attempts - 1:
-                raise
-            del os.environ["MASTER_PORT"]
+    ensure_single_process_dist_env()
+    if not dist.is_initialized() and "MASTER_PORT" not in os.environ:
+        dist.init_process_group(backend, store=rendezvous_store(), rank=0, world_size=1)
+    deepspeed.init_distributed(dist_backend=backend)
