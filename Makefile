@@ -35,14 +35,16 @@ servers: venv
 demo: venv model servers
 	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) launch/train.py --config $(CONFIG)
 
-test: venv model servers
-	$(PY) -m ruff check .
-	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
-
+# What reviewers check, in this order; `make test` runs the same before the suite.
+# Layer contracts: .importlinter (README.md, "Architecture").
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
+
+test: venv lint model servers
+	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache runs wandb
