@@ -1,13 +1,15 @@
 """``python -m specs.check FILE... [--servers FILE] [--hooks MODULE]...``: validate spec files.
 
-Each file's kind is detected: a YAML file is a run config; a JSON list, or an object with
-``instruction``/``question``, is a task file; a JSON object of objects with ``stdio``/``sse``/``http_url``
-is a server list. Every problem is printed (to stderr, one per line, ``file: where: message``) and
-the exit status is 1; otherwise one summary line per file is printed and the exit status is 0.
+Each file's kind is detected: a YAML file is a run config; a JSON object of objects with
+``stdio``/``sse``/``http_url`` is a server list; a JSON list, or an object with a task field
+(``instruction``/``question``, ``mcp_servers``, ``evaluators``...), is a task file, refused when a
+task lacks its prompt, its ``mcp_servers`` or its ``evaluators``. Every problem is printed (to
+stderr, one per line, ``file: where: message``) and the exit status is 1; otherwise one summary
+line per file is printed and the exit status is 0.
 
 Task files are also checked against a server list (``--servers``, or the run config's) and their
-evaluators' ``func`` chains and ops: generic ops always, registered ops, prepare and cleanup hooks
-when hook modules are given (``--hooks``). A run config's domain files are checked in turn.
+evaluators' ``func`` chains and ops: generic ops always, registered ops and prepare hooks when
+hook modules are given (``--hooks``; a cleanup may name a server's tool, so it is not checked). A run config's domain files are checked in turn.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specs.evaluator_grammar import GENERIC_OPS, parse_func
 from specs.config import load_run_config
 from specs.errors import EvaluatorError, SpecError, raise_all
+from specs.evaluator_grammar import GENERIC_OPS, parse_func
 from specs.registry import resolve
 from specs.servers import ServerRegistry, load_server_registry, parse_server_registry
-from specs.task import TaskSpec, load_tasks, parse_tasks
+from specs.task import TASK_FIELDS, TaskSpec, load_tasks, parse_tasks
 
 _TRANSPORTS = ("stdio", "sse", "http_url")
 
@@ -34,12 +36,15 @@ def _problems(error: SpecError) -> list[SpecError]:
 
 
 def detect_kind(data: Any) -> str:
-    """``tasks``, ``servers`` or ``unknown`` for decoded JSON (YAML files are run configs)."""
+    """``tasks``, ``servers`` or ``unknown`` for decoded JSON (YAML files are run configs).
+
+    An object of objects with a transport is a server list; any other object with a task field
+    (``instruction``, ``mcp_servers``, ``evaluators``...) is a task, checked, so that a task lacking
+    its prompt is refused for that and not as a file of unknown kind.
+    """
     if isinstance(data, list):
         return "tasks"
     if isinstance(data, dict):
-        if "instruction" in data or "question" in data:
-            return "tasks"
         entries = [v for k, v in data.items() if not str(k).startswith("_")]
         if (
             entries
@@ -47,6 +52,8 @@ def detect_kind(data: Any) -> str:
             and any(t in v for v in entries for t in _TRANSPORTS)
         ):
             return "servers"
+        if any(key in TASK_FIELDS for key in data):
+            return "tasks"
     return "unknown"
 
 
@@ -162,7 +169,7 @@ def check_file(path: str, servers: ServerRegistry | None, hooks: Sequence[str]) 
         path,
         "top level",
         "cannot tell the kind of file: expected a task file (an object or list of "
-        "objects with 'instruction' or 'question'), a server list (objects with 'stdio', 'sse' or "
+        "objects with 'instruction' or 'question', 'mcp_servers' and 'evaluators'), a server list (objects with 'stdio', 'sse' or "
         "'http_url'), or a YAML run config",
     )
 

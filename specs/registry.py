@@ -105,7 +105,7 @@ def resolve_import(ref: str, source: str = "import string") -> Callable[..., Any
     module, sep, attr = ref.partition(":")
     if not sep or not module or not attr:
         raise SpecError(source, repr(ref), "expected an import string 'package.module:function'")
-    fn = getattr(_import(module, source), attr, None)
+    fn: object = getattr(_import(module, source), attr, None)
     if not callable(fn):
         raise SpecError(source, repr(ref), f"module {module!r} has no function {attr!r}")
     return fn

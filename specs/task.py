@@ -11,9 +11,13 @@ RL-training files add: ``instance_id``, ``instruction``, ``dockerfile_path``)::
      "_answer": 387}
 
 ``question`` is accepted as an alias of ``instruction`` (MCP-Universe benchmark files use it).
-Fields starting with ``_`` are private: kept in ``TaskSpec.private``, ignored by the framework
-(a scripted expert may read them). Any other unknown field is refused with the file, the task
-index, the field and the accepted fields. Every problem in a file is reported, not only the first.
+Every task must give its prompt (``instruction`` or ``question``), its ``mcp_servers`` and its
+``evaluators``, the lists non-empty: MCP-Universe defaults them to empty, but a task without servers
+has no tool to use and one without evaluators would succeed without a check; a task lacking one is
+refused naming the file, ``task[index]`` and the field. Fields starting with ``_`` are private:
+kept in ``TaskSpec.private``, ignored by the framework (a scripted expert may read them). Any other
+unknown field is refused with the file, the task index, the field and the accepted fields. Every
+problem in a file is reported, not only the first.
 
 ``reference_calls`` (optional, an addition to the MCP-Universe format) lists the tool calls a correct
 trajectory makes, for the tool reward (``rewards.tool_reward``, MCPDisCo Eq. 5-8)::
@@ -114,7 +118,8 @@ class ReferenceCall(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """One validated task."""
+    """One validated task. ``parse_task`` requires the prompt, servers and evaluators; the defaults
+    here serve tasks built in code (tests, benches)."""
 
     instance_id: str
     instruction: str
@@ -156,6 +161,16 @@ class _TaskFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cleanups: tuple[CleanupSpec, ...] = ()
     reference_calls: tuple[ReferenceCall, ...] = ()
 
+
+TASK_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(_TaskFields))
+"""The fields a task object may give (besides ``_``-prefixed private ones)."""
+
+REQUIRED_LISTS = {
+    "mcp_servers": 'the servers the task uses, at least one, e.g. [{"name": "calculator"}]',
+    "evaluators": "the checks of the answer, at least one (the task succeeds when all of them pass)",
+}
+"""The lists a task file must give, non-empty (MCP-Universe defaults them to ``[]``; a task without
+servers has no tool to use, and one without evaluators would succeed by passing no check)."""
 
 _NESTED: dict[str, type[msgspec.Struct]] = {
     "mcp_servers": McpServerRef,
@@ -210,6 +225,23 @@ def _drop_private(value: Any) -> Any:
     return value
 
 
+def _missing_fields(raw: dict[str, Any], where: str, file: str) -> list[SpecError]:
+    """The required fields a task object lacks: its prompt, its servers and its evaluators."""
+    problems: list[SpecError] = []
+    if "instruction" not in raw and "question" not in raw:
+        problems.append(
+            SpecError(
+                file,
+                f"{where}.instruction",
+                "missing 'instruction' (or its alias 'question'): the prompt of the task",
+            )
+        )
+    for key, what in REQUIRED_LISTS.items():
+        if key not in raw:
+            problems.append(SpecError(file, f"{where}.{key}", f"missing: {what}"))
+    return problems
+
+
 def parse_task(raw: Any, file: str, index: int, default_id: str) -> TaskSpec:
     """Validate one decoded task object; ``SpecError``/``SpecErrors`` name ``task[index]`` and the field."""
     where = f"task[{index}]"
@@ -219,7 +251,7 @@ def parse_task(raw: Any, file: str, index: int, default_id: str) -> TaskSpec:
     public = {
         k: _drop_private(v) if k in _NESTED else v for k, v in raw.items() if not str(k).startswith("_")
     }
-    raise_all(_unknown_fields(public, where, file))
+    raise_all(_unknown_fields(public, where, file) + _missing_fields(public, where, file))
     try:
         fields = msgspec.convert(public, _TaskFields)
     except msgspec.ValidationError as e:
@@ -233,15 +265,20 @@ def parse_task(raw: Any, file: str, index: int, default_id: str) -> TaskSpec:
             file, f"{where}.question", "both 'instruction' and its alias 'question' are given and differ"
         )
     instruction = fields.instruction if fields.instruction is not None else fields.question
+    problems: list[SpecError] = []
     if not instruction or not instruction.strip():
-        raise SpecError(
-            file, where, "missing 'instruction' (or its alias 'question'): the prompt of the task"
-        )
-    problems = [
+        key = "instruction" if fields.instruction is not None else "question"
+        problems.append(SpecError(file, f"{where}.{key}", "empty; expected the prompt of the task"))
+    problems.extend(
+        SpecError(file, f"{where}.{key}", f"empty; expected {what}")
+        for key, what in REQUIRED_LISTS.items()
+        if not getattr(fields, key)
+    )
+    problems.extend(
         SpecError(file, f"{where}.evaluators[{j}].func", "empty; use 'raw' for the output as it is")
         for j, ev in enumerate(fields.evaluators)
         if not ev.func.strip()
-    ]
+    )
     problems.extend(_reference_call_problems(fields, where, file))
     raise_all(problems)
     values = msgspec.structs.asdict(fields)

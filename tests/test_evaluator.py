@@ -16,7 +16,7 @@ from specs.trajectory import Trajectory
 from rewards.ops import EvalOutcome
 from specs.errors import EvaluatorError
 from specs.registry import evaluator
-from specs.task import parse_tasks
+from specs.task import TaskSpec, parse_tasks
 
 pytestmark = pytest.mark.anyio
 HOOKS = ("tests.test_evaluator",)
@@ -35,7 +35,13 @@ async def raises(env: EnvHandle, task: Any, trajectory: Trajectory, value: Any) 
 
 def task(*evaluators: dict[str, Any]) -> Any:
     return parse_tasks(
-        {"instance_id": "t", "instruction": "do it", "evaluators": list(evaluators)}, "t.json"
+        {
+            "instance_id": "t",
+            "instruction": "do it",
+            "mcp_servers": [{"name": "calculator"}],
+            "evaluators": list(evaluators),
+        },
+        "t.json",
     )[0]
 
 
@@ -86,4 +92,4 @@ async def test_a_crashing_or_unknown_evaluator_is_an_error_never_a_zero(env: Env
     with pytest.raises(Exception, match="test.missing"):
         await Evaluator(HOOKS).evaluate(task({"func": "raw", "op": "test.missing"}), answered("x"), env)
     with pytest.raises(EvaluatorError, match="no evaluators"):
-        await Evaluator(HOOKS).evaluate(task(), answered("x"), env)
+        await Evaluator(HOOKS).evaluate(TaskSpec(instance_id="t", instruction="do it"), answered("x"), env)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "specs"
 CALC = REPO / "specs" / "domains" / "calculator"
@@ -61,7 +63,12 @@ def test_every_problem_in_every_file_is_printed_and_the_exit_status_is_1(tmp_pat
                     "mcp_servers": [{"name": "calculator"}, {"name": "weather"}],
                     "evaluators": [{"func": "jsn -> get(x)", "op": "="}],
                 },
-                {"instruction": "b", "bogus": 1},
+                {
+                    "instruction": "b",
+                    "mcp_servers": [{"name": "calculator"}],
+                    "evaluators": [{"func": "raw"}],
+                    "bogus": 1,
+                },
             ]
         )
     )
@@ -103,6 +110,30 @@ def test_semantic_problems_are_reported_once_the_file_parses(tmp_path: Path) -> 
     ]
     assert "unknown MCP server 'weather'" in result.stderr and "known: calculator" in result.stderr
     assert "available prepare names: calculator.write_instruction" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("drop", "where"),
+    [
+        ("mcp_servers", "task[0].mcp_servers"),
+        ("evaluators", "task[0].evaluators"),
+        ("instruction", "task[0].instruction"),
+    ],
+)
+def test_a_task_lacking_a_required_field_is_refused_naming_it(tmp_path: Path, drop: str, where: str) -> None:
+    task = {
+        "instruction": "What is 6*7?",
+        "mcp_servers": [{"name": "calculator"}],
+        "evaluators": [{"func": "number", "op": "=", "value": 42}],
+    }
+    del task[drop]
+    for data in (task, [task]):  # one task object, and a list of them
+        path = tmp_path / "task.json"
+        path.write_text(json.dumps(data))
+        result = _check(path)
+        assert result.returncode == 1 and result.stdout == ""
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"{path}: {where}: missing"), line
 
 
 def test_a_file_of_unknown_kind_is_refused(tmp_path: Path) -> None:

@@ -14,6 +14,16 @@ from specs.task import CleanupSpec, EvaluatorSpec, McpServerRef, PrepareSpec, Re
 DATA = Path(__file__).parent / "data" / "specs"
 
 
+def _task(instruction: str = "a", **fields: object) -> dict[str, object]:
+    """A minimal valid task object, with ``fields`` added or replacing its defaults."""
+    return {
+        "instruction": instruction,
+        "mcp_servers": [{"name": "calculator"}],
+        "evaluators": [{"func": "number", "op": "=", "value": 1}],
+        **fields,
+    }
+
+
 def _write(tmp_path: Path, data: object, name: str = "tasks.json") -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -54,13 +64,13 @@ def test_an_mcp_universe_rl_training_list_loads_and_keeps_private_fields() -> No
 
 
 def test_a_list_without_instance_ids_gets_stable_ids_from_stem_and_index(tmp_path: Path) -> None:
-    path = _write(tmp_path, [{"instruction": "a"}, {"instruction": "b"}], "algebra.json")
+    path = _write(tmp_path, [_task("a"), _task("b")], "algebra.json")
     assert [t.instance_id for t in load_tasks(path)] == ["algebra-0000", "algebra-0001"]
     assert [t.instance_id for t in load_tasks(path)] == ["algebra-0000", "algebra-0001"]
 
 
 def test_an_unknown_field_is_refused_naming_file_task_index_field_and_accepted_fields(tmp_path: Path) -> None:
-    path = _write(tmp_path, [{"instruction": "a"}, {"instruction": "b", "answer": 42}])
+    path = _write(tmp_path, [_task("a"), _task("b", answer=42)])
     with pytest.raises(SpecError) as info:
         load_tasks(path)
     err = info.value
@@ -71,7 +81,7 @@ def test_an_unknown_field_is_refused_naming_file_task_index_field_and_accepted_f
 
 
 def test_an_unknown_field_inside_an_evaluator_names_its_path(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"instruction": "a", "evaluators": [{"func": "raw", "operator": "="}]})
+    path = _write(tmp_path, _task(evaluators=[{"func": "raw", "operator": "="}]))
     with pytest.raises(SpecError) as info:
         load_tasks(path)
     assert info.value.where == "task[0].evaluators[0].operator"
@@ -79,7 +89,7 @@ def test_an_unknown_field_inside_an_evaluator_names_its_path(tmp_path: Path) -> 
 
 
 def test_a_wrong_type_names_the_field_and_the_expected_type(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"instruction": "a", "evaluators": [{"func": "raw", "op": 3}]})
+    path = _write(tmp_path, _task(evaluators=[{"func": "raw", "op": 3}]))
     with pytest.raises(SpecError) as info:
         load_tasks(path)
     assert info.value.where == "task[0].evaluators[0].op"
@@ -90,32 +100,30 @@ def test_every_problem_of_a_file_is_reported_not_only_the_first(tmp_path: Path) 
     path = _write(
         tmp_path,
         [
-            {"instruction": "ok"},
-            {"instruction": "a", "extra": 1},
-            {"mcp_servers": [{"name": "x"}]},
-            {"instruction": "b", "use_specified_server": "yes"},
+            _task("ok"),
+            _task("a", extra=1),
+            {"mcp_servers": [{"name": "x"}], "evaluators": [{"func": "raw"}]},
+            _task("b", use_specified_server="yes"),
         ],
     )
     with pytest.raises(SpecErrors) as info:
         load_tasks(path)
     assert [p.where for p in info.value.problems] == [
         "task[1].extra",
-        "task[2]",
+        "task[2].instruction",
         "task[3].use_specified_server",
     ]
     assert "missing 'instruction' (or its alias 'question')" in info.value.problems[1].message
 
 
 def test_instruction_and_a_different_question_are_refused(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"instruction": "a", "question": "b"})
+    path = _write(tmp_path, _task("a", question="b"))
     with pytest.raises(SpecError, match="differ"):
         load_tasks(path)
 
 
 def test_duplicate_instance_ids_are_refused(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path, [{"instance_id": "x", "instruction": "a"}, {"instance_id": "x", "instruction": "b"}]
-    )
+    path = _write(tmp_path, [_task("a", instance_id="x"), _task("b", instance_id="x")])
     with pytest.raises(SpecError) as info:
         load_tasks(path)
     assert info.value.where == "task[1].instance_id" and "first at task[0]" in info.value.message
@@ -130,7 +138,7 @@ def test_invalid_json_names_the_line(tmp_path: Path) -> None:
 
 
 def test_spec_errors_survive_pickling_as_ray_ships_them(tmp_path: Path) -> None:
-    path = _write(tmp_path, [{"instruction": "a", "x": 1}, {"instruction": "b", "y": 2}])
+    path = _write(tmp_path, [_task("a", x=1), _task("b", y=2)])
     with pytest.raises(SpecErrors) as info:
         load_tasks(path)
     copy = pickle.loads(pickle.dumps(info.value))
@@ -146,10 +154,9 @@ def test_spec_errors_survive_pickling_as_ray_ships_them(tmp_path: Path) -> None:
 def test_reference_calls_load_with_required_keys_defaulting_to_every_argument(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
-        {
-            "instruction": "a",
-            "mcp_servers": [{"name": "calculator", "tools": ["multiply", "subtract"]}],
-            "reference_calls": [
+        _task(
+            mcp_servers=[{"name": "calculator", "tools": ["multiply", "subtract"]}],
+            reference_calls=[
                 {"server": "calculator", "tool": "multiply", "arguments": {"a": 17, "b": 25}},
                 {
                     "server": "calculator",
@@ -160,7 +167,7 @@ def test_reference_calls_load_with_required_keys_defaulting_to_every_argument(tm
                 },
                 {"server": "calculator", "tool": "multiply", "arguments": {"a": 1}, "required": []},
             ],
-        },
+        ),
     )
     [task] = load_tasks(path)
     first, second, third = task.reference_calls
@@ -176,18 +183,12 @@ def test_a_task_without_reference_calls_has_none() -> None:
     assert task.reference_calls == ()
 
 
-def test_reference_calls_may_name_any_server_when_the_task_lists_none(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"instruction": "a", "reference_calls": [{"server": "fetch", "tool": "fetch"}]})
-    [task] = load_tasks(path)
-    assert task.reference_calls[0].arguments == {} and task.reference_calls[0].required_keys == ()
-
-
 def test_an_unknown_field_inside_a_reference_call_names_its_path_and_the_accepted_fields(
     tmp_path: Path,
 ) -> None:
     path = _write(
         tmp_path,
-        {"instruction": "a", "reference_calls": [{"server": "s", "tool": "t", "args": {"x": 1}}]},
+        _task(reference_calls=[{"server": "calculator", "tool": "t", "args": {"x": 1}}]),
     )
     with pytest.raises(SpecError) as info:
         load_tasks(path)
@@ -196,9 +197,7 @@ def test_an_unknown_field_inside_a_reference_call_names_its_path_and_the_accepte
 
 
 def test_a_reference_call_of_the_wrong_type_names_the_field(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path, {"instruction": "a", "reference_calls": [{"server": "s", "tool": "t", "arguments": [1]}]}
-    )
+    path = _write(tmp_path, _task(reference_calls=[{"server": "calculator", "tool": "t", "arguments": [1]}]))
     with pytest.raises(SpecError) as info:
         load_tasks(path)
     assert info.value.where == "task[0].reference_calls[0].arguments"
@@ -209,10 +208,9 @@ def test_every_bad_reference_call_is_reported_with_file_task_and_field(tmp_path:
     path = _write(
         tmp_path,
         [
-            {
-                "instruction": "a",
-                "mcp_servers": [{"name": "calculator", "tools": ["add"]}, {"name": "fetch"}],
-                "reference_calls": [
+            _task(
+                mcp_servers=[{"name": "calculator", "tools": ["add"]}, {"name": "fetch"}],
+                reference_calls=[
                     {"server": " ", "tool": ""},
                     {"server": "calculator", "tool": "add", "arguments": {"a": 1}, "required": ["a", "b"]},
                     {"server": "calculator", "tool": "add", "arguments": {"a": 1}, "required": ["a", "a"]},
@@ -220,7 +218,7 @@ def test_every_bad_reference_call_is_reported_with_file_task_and_field(tmp_path:
                     {"server": "calculator", "tool": "divide"},
                     {"server": "fetch", "tool": "anything"},
                 ],
-            }
+            )
         ],
     )
     with pytest.raises(SpecErrors) as info:
@@ -240,3 +238,67 @@ def test_every_bad_reference_call_is_reported_with_file_task_and_field(tmp_path:
     assert "listed twice" in problems[3].message
     assert "'weather' is not among the task's mcp_servers (calculator, fetch)" in problems[4].message
     assert "'divide' is not among the tools the task shows of 'calculator' (add)" in problems[5].message
+
+
+@pytest.mark.parametrize("field", ["mcp_servers", "evaluators"])
+def test_a_task_without_servers_or_evaluators_is_refused_naming_file_task_and_field(
+    tmp_path: Path, field: str
+) -> None:
+    task = _task()
+    del task[field]
+    path = _write(tmp_path, [_task(), task])
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert (info.value.file, info.value.where) == (str(path), f"task[1].{field}")
+    assert info.value.message.startswith("missing: ") and "at least one" in info.value.message
+    assert str(info.value).startswith(f"{path}: task[1].{field}: missing")
+
+
+def test_a_task_without_instruction_or_question_is_refused_naming_the_field(tmp_path: Path) -> None:
+    task = _task()
+    del task["instruction"]
+    path = _write(tmp_path, task)
+    with pytest.raises(SpecError) as info:
+        load_tasks(path)
+    assert info.value.where == "task[0].instruction"
+    assert info.value.message == "missing 'instruction' (or its alias 'question'): the prompt of the task"
+    [loaded] = load_tasks(_write(tmp_path, {**task, "question": "What is 6*7?"}))
+    assert loaded.instruction == "What is 6*7?"
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"mcp_servers": []}, "task[0].mcp_servers"),
+        ({"evaluators": []}, "task[0].evaluators"),
+        ({"instruction": "  "}, "task[0].instruction"),
+    ],
+)
+def test_an_empty_prompt_server_list_or_evaluator_list_is_refused(
+    tmp_path: Path, fields: dict[str, object], where: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        load_tasks(_write(tmp_path, _task(**fields)))
+    assert info.value.where == where and info.value.message.startswith("empty; expected ")
+
+
+def test_an_empty_question_is_refused_under_its_own_name(tmp_path: Path) -> None:
+    task = _task(question="")
+    del task["instruction"]
+    with pytest.raises(SpecError) as info:
+        load_tasks(_write(tmp_path, task))
+    assert info.value.where == "task[0].question"
+
+
+def test_missing_and_unknown_fields_of_a_task_are_reported_together(tmp_path: Path) -> None:
+    path = _write(tmp_path, [{"question": "a", "servers": [{"name": "calculator"}]}])
+    with pytest.raises(SpecErrors) as info:
+        load_tasks(path)
+    assert [(p.file, p.where) for p in info.value.problems] == [
+        (str(path), "task[0].servers"),
+        (str(path), "task[0].mcp_servers"),
+        (str(path), "task[0].evaluators"),
+    ]
+    assert (
+        "unknown field; accepted fields: instance_id, instruction, question" in info.value.problems[0].message
+    )
