@@ -4,6 +4,7 @@
 every metric to ``<run_dir>/metrics.jsonl`` and logs it to W&B under ``<phase>/<name>``; ``write_trajectories`` writes one JSON object per
 trajectory (token ids, masks, decoded text, tool calls, reward) to ``<run_dir>/trajectories/``.
 W&B is offline unless the config says otherwise; ``wandb sync <run_dir>/wandb/...`` uploads later.
+An offline run says so once, at ``close`` (``launch/console.py`` silences wandb's own notices).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from specs.trajectory import Trajectory
 from specs.config import RunConfig, to_dict
+from specs.trajectory import Trajectory
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     # (metric key, header, format)
@@ -46,15 +47,16 @@ class Reporter:
         if cfg.wandb.mode != "disabled":
             import wandb
 
-            self._wandb = wandb.init(
-                project=cfg.wandb.project,
-                entity=cfg.wandb.entity,
-                name=run_id,
-                mode=cfg.wandb.mode,
-                tags=list(cfg.wandb.tags),
-                config=to_dict(cfg),
-                dir=self.run_dir,
-            )
+            with _one_traceback():
+                self._wandb = wandb.init(
+                    project=cfg.wandb.project,
+                    entity=cfg.wandb.entity,
+                    name=run_id,
+                    mode=cfg.wandb.mode,
+                    tags=list(cfg.wandb.tags),
+                    config=to_dict(cfg),
+                    dir=self.run_dir,
+                )
             self._wandb.define_metric("step")
             self._wandb.define_metric("*", step_metric="step")
         self._header_printed = False
@@ -128,4 +130,23 @@ class Reporter:
 
     def close(self) -> None:
         if self._wandb is not None:
+            offline = self._wandb.settings.mode in ("offline", "dryrun")
+            sync_dir = os.path.relpath(self._wandb.sync_dir)
             self._wandb.finish()
+            if offline:
+                print(f"wandb: offline run; upload it with `wandb sync {sync_dir}`", flush=True)
+            self._wandb = None
+
+
+@contextlib.contextmanager
+def _one_traceback() -> Iterator[None]:
+    """Around ``wandb.init``: wandb's excepthook prints a traceback and then calls the hook it found,
+    unless that is Python's own; Ray's (installed on ``import ray``) prints it again. With Python's
+    hook in place while wandb installs its own, a run that fails shows its traceback once."""
+    before = sys.excepthook
+    sys.excepthook = sys.__excepthook__
+    try:
+        yield
+    finally:
+        if sys.excepthook is sys.__excepthook__:  # wandb installed nothing (its service was up already)
+            sys.excepthook = before
