@@ -41,7 +41,7 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/lint-imports --no-logo
 
 test: venv lint model servers
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
