@@ -98,6 +98,7 @@ def start_actors(
     from actors.learner import remote_learner
     from actors.mcp_gateway_actor import remote_mcp_gateway
     from actors.provisioners.base import make_provisioner
+    from specs.scoring import scoring_for
 
     # The driver's node: the pool's environments, the gateway's server processes, the
     # evaluator's view of them and the weights file in /dev/shm are all local to the driver's node.
@@ -115,7 +116,9 @@ def start_actors(
     gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
     plan = device_plan(cfg.placement, ray.cluster_resources().get("GPU", 0.0), learner=learner)
     group, on_device = _device_options(plan)
-    evaluator = remote_class(Evaluator, **here).remote(hook_modules=cfg.domain.hook_modules)
+    evaluator = remote_class(Evaluator, **here).remote(
+        hook_modules=cfg.domain.hook_modules, scoring=scoring_for(cfg)
+    )
     # A dead engine process is restarted by Ray; SupervisedGenerator re-syncs its weights.
     generator = remote_generator(
         max_restarts=cfg.generator.max_restarts, max_task_retries=0, **on_device("generator")

@@ -26,13 +26,20 @@ from typing import Any
 
 import anyio
 import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
 
-from specs.env import EnvConfig, EnvInfo
-from specs.observation_rule import ObservationRule
-from policies.react import Engine, EpisodeLimits, build_messages, run_episode
+from actors.seams import EnvPoolSeam, EvaluatorSeam, GatewaySeam
+from policies.engine import Engine
+from policies.react import EpisodeLimits, build_messages, run_episode
+from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
-from specs.trajectory import Trajectory
+from specs.config import EnvPoolConfig
+from specs.env import EnvConfig, EnvInfo
 from specs.errors import MCPRLError
+from specs.observation_rule import ObservationRule
+from specs.servers import ServerRegistry
+from specs.task import TaskSpec
+from specs.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -103,18 +110,18 @@ class StageMetrics(msgspec.Struct, kw_only=True):
 
 
 class RolloutPipeline:
-    """Runs groups of episodes through the three stages. Collaborators are plain async objects
-    (or ``AsyncProxy`` over Ray actors): ``pool``, ``gateway``, ``evaluator``."""
+    """Runs groups of episodes through the three stages. Collaborators are the plain classes, or
+    ``AsyncProxy``s over their Ray actors, seen through their seams (``actors.seams``)."""
 
     def __init__(
         self,
         *,
-        pool: Any,
-        gateway: Any,
-        evaluator: Any,
-        env_config_for: Callable[[Any], EnvConfig],
-        engine_for: Callable[[Any], Engine],
-        recorder_factory: Callable[[], Any],
+        pool: EnvPoolSeam,
+        gateway: GatewaySeam,
+        evaluator: EvaluatorSeam,
+        env_config_for: Callable[[TaskSpec], EnvConfig],
+        engine_for: Callable[[TaskSpec], Engine],
+        recorder_factory: Callable[[], ChatRecorder],
         acquire_workers: int,
         run_workers: int,
         eval_workers: int,
@@ -149,7 +156,7 @@ class RolloutPipeline:
 
     async def collect(
         self,
-        tasks: Sequence[Any],
+        tasks: Sequence[TaskSpec],
         group_size: int,
         sampling: SamplingConfig,
         limits: EpisodeLimits,
@@ -166,7 +173,7 @@ class RolloutPipeline:
         return groups
 
     async def stream(
-        self, tasks: Sequence[Any], group_size: int, sampling: SamplingConfig, limits: EpisodeLimits
+        self, tasks: Sequence[TaskSpec], group_size: int, sampling: SamplingConfig, limits: EpisodeLimits
     ) -> AsyncIterator[Group]:
         """Yield each task's group as soon as its last member is evaluated."""
         send, receive = anyio.create_memory_object_stream[Group](max_buffer_size=len(tasks))
@@ -178,7 +185,7 @@ class RolloutPipeline:
                 yield group
 
     async def _group(
-        self, task: Any, group_size: int, sampling: SamplingConfig, limits: EpisodeLimits, send: Any
+        self, task: TaskSpec, group_size: int, sampling: SamplingConfig, limits: EpisodeLimits, send: MemoryObjectSendStream[Group]
     ) -> None:
         group_id = f"{task.instance_id}/{uuid.uuid4().hex[:8]}"
         results: list[Trajectory | None] = [None] * group_size
@@ -207,7 +214,7 @@ class RolloutPipeline:
             await send.send(group)
 
     async def _trajectory(
-        self, task: Any, group_id: str, sampling: SamplingConfig, limits: EpisodeLimits
+        self, task: TaskSpec, group_id: str, sampling: SamplingConfig, limits: EpisodeLimits
     ) -> Trajectory:
         """One trajectory through the three stages; any failure is data, never a crash."""
         env: EnvInfo | None = None
@@ -244,9 +251,7 @@ class RolloutPipeline:
 
             async with self._stage(self._evaluate, "evaluate"):
                 try:
-                    trajectory.reward, trajectory.reward_details = await self._evaluator.evaluate(
-                        task, trajectory, env
-                    )
+                    trajectory.score = await self._evaluator.evaluate(task, trajectory, env)
                 except MCPRLError as e:
                     logger.warning("evaluator failed on %s: %s", task.instance_id, e)
                     trajectory.status, trajectory.error = "eval_failed", str(e)
@@ -286,7 +291,7 @@ class RolloutPipeline:
             busy = f"{name}_s"
             setattr(self.metrics, busy, getattr(self.metrics, busy) + time.perf_counter() - started)
 
-    async def _release(self, env: EnvInfo, task: Any, broken: bool) -> None:
+    async def _release(self, env: EnvInfo, task: TaskSpec, broken: bool) -> None:
         """Close the env's MCP sessions, then hand it back to the pool (cleanup hooks, reset or
         destroy). Shielded from cancellation but bounded; a failure here is logged and counted,
         never raised into the step: the env is then treated as broken, or left to the pool's
@@ -313,7 +318,7 @@ class RolloutPipeline:
         self.metrics.release_s += time.perf_counter() - started
 
 
-def _prompt(task: Any) -> str:
+def _prompt(task: TaskSpec) -> str:
     """The user message: the instruction, plus the output format the task asks for."""
     if not task.output_format:
         return task.instruction
@@ -321,11 +326,11 @@ def _prompt(task: Any) -> str:
     return f"{task.instruction}\n\nOutput format: {fmt}"
 
 
-def _allowed(task: Any) -> dict[str, tuple[str, ...] | None]:
+def _allowed(task: TaskSpec) -> dict[str, tuple[str, ...] | None]:
     return {ref.name: ref.tools for ref in task.mcp_servers}
 
 
-def _failed(task: Any, group_id: str, error: str) -> Trajectory:
+def _failed(task: TaskSpec, group_id: str, error: str) -> Trajectory:
     return Trajectory(
         task_id=task.instance_id,
         group_id=group_id,
@@ -339,7 +344,9 @@ def _failed(task: Any, group_id: str, error: str) -> Trajectory:
     )
 
 
-def env_config_resolver(registry: Any, limits: Any = None) -> Callable[[Any], EnvConfig]:
+def env_config_resolver(
+    registry: ServerRegistry, limits: EnvPoolConfig | None = None
+) -> Callable[[TaskSpec], EnvConfig]:
     """``task -> EnvConfig``: the task's servers resolved through the server registry, its image
     build, and the run's environment limits (``memory_mb``, ``cpus``, ``pids``, ``network`` of an
     ``EnvPoolConfig``); cached per distinct configuration."""
@@ -348,7 +355,7 @@ def env_config_resolver(registry: Any, limits: Any = None) -> Callable[[Any], En
         {name: getattr(limits, name) for name in ("memory_mb", "cpus", "pids", "network")} if limits else {}
     )
 
-    def resolve(task: Any) -> EnvConfig:
+    def resolve(task: TaskSpec) -> EnvConfig:
         key = (task.server_names, task.dockerfile_path, tuple(sorted(task.build_args.items())))
         if key not in cache:
             cache[key] = EnvConfig(

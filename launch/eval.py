@@ -48,9 +48,9 @@ import msgspec
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from policies.metrics import OVERALL, metrics_with_stderr  # noqa: E402  (no ML imports)
-from specs.observation_rule import ObservationRule  # noqa: E402
 from specs.config import RunConfig, load_run_config  # noqa: E402
 from specs.errors import SpecError  # noqa: E402
+from specs.observation_rule import ObservationRule  # noqa: E402
 
 GROUPINGS = ("domain", "category", "none")
 
@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--observation-rule",
         type=_observation_rule,
         help="ObservationRule JSON (default: rollout.observation_rule)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Ray actor logs and library warnings (else in the run's log)"
     )
     parser.add_argument("overrides", nargs="*", help="config overrides, key.path=value")
     return parser
@@ -320,63 +323,34 @@ def write_json(path: str, document: Mapping[str, Any]) -> None:
 # -- running -----------------------------------------------------------------------------------------
 
 
-async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
+async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str, Any]]:
     """Run the greedy (and sampled) episodes and print each run's table; ``{run: {..., "rows": Rows}}``."""
-    import contextlib
-
-    import ray
-    from transformers import AutoTokenizer
-
-    from actors.placement import start_actors, stop_actors
-    from actors.rollout import env_config_resolver
-    from launch.episodes import episode_limits, episode_recorder, make_pipeline
-    from launch.report import Reporter
+    from launch.session import open_session
     from policies.replay import check_replay
     from policies.types import SamplingConfig
-    from specs.servers import load_server_registry
 
     cfg = plan.cfg
     run_id = f"eval-{cfg.run_name}-{uuid.uuid4().hex[:6]}"
-    env_config_for = env_config_resolver(load_server_registry(cfg.domain.servers), cfg.env)
-    tokenizer: Any = AutoTokenizer.from_pretrained(plan.model_dir)
-    stop_ids = (tokenizer.eos_token_id,)
-    limits = episode_limits(cfg, cfg.eval_max_turns)
-    runs = [("greedy", 1, SamplingConfig(temperature=0.0, stop_token_ids=stop_ids))]
-    if plan.samples:
-        sampling = SamplingConfig(
-            temperature=plan.temperature, top_p=cfg.rollout.top_p, stop_token_ids=stop_ids
-        )
-        runs.append(("sampled", plan.samples, sampling))
-
-    owns_ray = not ray.is_initialized()
-    if owns_ray:
-        ray.init(address=cfg.ray.address, num_cpus=cfg.ray.num_cpus, log_to_driver=True)
-    cleanup = contextlib.AsyncExitStack()
-    try:
-        reporter = Reporter(
-            msgspec.structs.replace(cfg, wandb=msgspec.structs.replace(cfg.wandb, mode="disabled")), run_id
-        )
-        actors = start_actors(cfg, run_id, tokenizer.all_special_tokens, learner=False)
-        cleanup.push_async_callback(stop_actors, actors)
+    out: dict[str, Any] = {}
+    async with open_session(cfg, run_id, learner=False, verbose=verbose, wandb=False) as s:
         print(f"eval {run_id}: model {plan.model_dir}, {len(plan.tasks)} {plan.split} task(s)", flush=True)
-        await actors.pool.reap_leftovers()
-        out: dict[str, Any] = {}
-        for name, per_task, sampling in runs:
-            pipeline = make_pipeline(cfg, actors, tokenizer, env_config_for, lambda task: actors.generator)
-            with reporter.progress(f"{name} episodes", len(plan.tasks)) as advance:
-                groups = await pipeline.collect(plan.tasks, per_task, sampling, limits, advance)
-            trajectories = [t for g in groups for t in g.trajectories]
-            path = reporter.write_trajectories(
-                f"eval-{plan.split}-{plan.tag}-{name}", trajectories, tokenizer
+        runs = [("greedy", 1, s.greedy)]
+        if plan.samples:
+            sampled = SamplingConfig(
+                temperature=plan.temperature, top_p=cfg.rollout.top_p, stop_token_ids=s.greedy.stop_token_ids
             )
+            runs.append(("sampled", plan.samples, sampled))
+        for name, per_task, sampling in runs:
+            with s.reporter.progress(f"{name} episodes", len(plan.tasks)) as advance:
+                groups = await s.pipeline().collect(plan.tasks, per_task, sampling, s.eval_limits, advance)
+            trajectories = [t for g in groups for t in g.trajectories]
+            path = s.reporter.write_trajectories(f"eval-{plan.split}-{plan.tag}-{name}", trajectories, s.tokenizer)
             rows = metrics_with_stderr(trajectories, plan.domains)
             lost = sum(lost_by_status(trajectories).values())
             mismatched = 0
             if cfg.rollout.observation_rule is not None:
                 for t in trajectories:
-                    if t.status == "ok" and (
-                        problem := check_replay(t, lambda: episode_recorder(cfg, tokenizer))
-                    ):
+                    if t.status == "ok" and (problem := check_replay(t, s.recorder)):
                         print(f"eval: {problem}", file=sys.stderr)
                         mismatched += 1
             print(
@@ -392,11 +366,7 @@ async def run_eval(plan: EvalPlan) -> dict[str, dict[str, Any]]:
                 "trajectories": path,
                 "rows": rows,
             }
-        return out
-    finally:
-        await cleanup.aclose()
-        if owns_ray:
-            ray.shutdown()
+    return out
 
 
 def lost_by_status(trajectories: Sequence[Any]) -> dict[str, int]:
@@ -414,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import anyio
 
-        runs = anyio.run(run_eval, plan)
+        runs = anyio.run(run_eval, plan, args.verbose)
     except KeyboardInterrupt:  # run_eval has already destroyed every environment and actor
         print("interrupted: environments and actors shut down", file=sys.stderr)
         return 130

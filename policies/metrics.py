@@ -1,15 +1,18 @@
 """Episode metrics: what a user watches to see whether the agent learns to use its tools.
 
-Notation. A batch holds the *scored* episodes ``τ_1 .. τ_n`` (status ``ok``, reward set; failed
+Notation. A batch holds the *scored* episodes ``τ_1 .. τ_n`` (status ``ok``, ``Score`` set; failed
 ones are counted by the pipeline, never here), grouped into the tasks ``x`` they sampled
-(``task_id``; ``J`` tasks, ``n_x`` episodes of task ``x``). For an episode ``τ``: ``r`` its reward,
+(``task_id``; ``J`` tasks, ``n_x`` episodes of task ``x``). For an episode ``τ``: ``r`` its task
+reward (``Score.task``), ``s`` its success (``Score.success``: every evaluator passed),
 ``C`` its tool-call log (a call ``c`` has a ``turn``, ``ok`` and an ``error_kind``), ``T`` its
 model turns, ``a`` its final answer (``None`` when it ended without one), ``m`` and ``ρ`` its
 trainable (sampled) and reasoning masks.
 
 Per-episode means, ``M = (1/n) Σ_τ v(τ)``, with ``v(τ)`` =
 
-- ``success``: ``1[r ≥ 1]`` (every evaluator passed); ``reward``: ``r``.
+- ``success``: ``1[s]``; ``reward``: ``r``.
+- ``tool_reward``, ``reasoning_reward``: ``Score.tool`` and ``Score.reasoning``, the MCPDisCo reward
+  families, present only when every scored episode has them (a family switched off is absent, not 0).
 - ``tool_calls``: ``|C|``, tool-calling steps per trajectory: paper 000's "Avg. Chain" (§4.1).
 - ``tool_adoption``: ``1[∃ c ∈ C: ok(c)]``, at least one call that succeeded.
 - ``valid_call``: the first turn is a well-formed call of a real tool with valid arguments (the
@@ -17,7 +20,7 @@ Per-episode means, ``M = (1/n) Σ_τ v(τ)``, with ``v(τ)`` =
 - ``turns``: ``T``; ``gen_tokens``: ``Σ m``.
 - ``reasoning_tokens``: ``Σ ρ``, the Thought-MDP reasoning span: paper 000's "Avg. CoT Tokens"
   (§4.1); 0 for an agent that does not reason explicitly (empty mask).
-- ``false_success``: ``1[a ≠ None ∧ r < 1]``: the agent *terminated* with a final answer, i.e.
+- ``false_success``: ``1[a ≠ None ∧ ¬s]``: the agent *terminated* with a final answer, i.e.
   declared the task done, and the evaluator says it failed: paper 002's "false-success rate"
   (Table 3) per episode. An episode cut by the turn or context limit (``a = None``, truncated)
   never claimed to be done and is not a false success.
@@ -62,7 +65,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from specs.trajectory import ToolCallRecord, Trajectory
+from specs.trajectory import Score, ToolCallRecord, Trajectory
 
 BUILTIN_SERVER = "mcprl"
 """The server name of the gateway's built-in tools (``route``), which no MCP server runs."""
@@ -109,19 +112,30 @@ def _tool_turns(t: Trajectory) -> float:
 
 
 PER_EPISODE: dict[str, Callable[[Trajectory], float]] = {
-    "success": lambda t: 1.0 if (t.reward or 0.0) >= 1.0 else 0.0,
-    "reward": lambda t: float(t.reward or 0.0),
+    "success": lambda t: 1.0 if _score(t).success else 0.0,
+    "reward": lambda t: _score(t).task,
     "tool_calls": lambda t: float(len(t.tool_calls)),
     "tool_adoption": lambda t: 1.0 if any(_adopted(c) for c in t.tool_calls) else 0.0,
     "valid_call": lambda t: 1.0 if _first_turn_valid(t) else 0.0,
     "turns": lambda t: float(t.num_turns),
     "gen_tokens": lambda t: float(t.num_generated_tokens),
     "reasoning_tokens": lambda t: float(t.num_reasoning_tokens),
-    "false_success": lambda t: 1.0 if t.final_answer is not None and (t.reward or 0.0) < 1.0 else 0.0,
+    "false_success": lambda t: 1.0 if t.final_answer is not None and not _score(t).success else 0.0,
     "hallucinated_tools": lambda t: float(sum(c.error_kind == "unknown_tool" for c in t.tool_calls)),
     "input_tokens": lambda t: float(sum(turn_input_tokens(t))),
 }
 """Metric name -> its per-episode value ``v(τ)``; the metric is the mean over episodes."""
+
+FAMILIES: dict[str, Callable[[Score], float | None]] = {
+    "tool_reward": lambda s: s.tool,
+    "reasoning_reward": lambda s: s.reasoning,
+}
+"""Optional reward families: a metric only when every scored episode has the family."""
+
+
+def _score(t: Trajectory) -> Score:
+    assert t.score is not None, "metrics read scored trajectories only (_scored)"
+    return t.score
 
 
 def mean_and_stderr(values: Iterable[float]) -> tuple[float, float]:
@@ -158,7 +172,7 @@ def ratio_and_stderr(numerators: Sequence[float], denominators: Sequence[float])
 
 
 def _scored(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
-    return [t for t in trajectories if t.status == "ok" and t.reward is not None]
+    return [t for t in trajectories if t.status == "ok" and t.score is not None]
 
 
 def _with_stderr(scored: Sequence[Trajectory]) -> dict[str, tuple[float, float]]:
@@ -171,6 +185,10 @@ def _with_stderr(scored: Sequence[Trajectory]) -> dict[str, tuple[float, float]]
     out = {"episodes": (float(len(scored)), 0.0), "tasks": (float(len(tasks)), 0.0)}
     for name, value in PER_EPISODE.items():
         out[name] = ratio_and_stderr([sum(value(t) for t in group) for group in tasks], sizes)
+    for name, family in FAMILIES.items():
+        values = [[family(_score(t)) for t in group] for group in tasks]
+        if all(v is not None for vs in values for v in vs):
+            out[name] = ratio_and_stderr([sum(v for v in vs if v is not None) for vs in values], sizes)
     out["tool_step_share"] = ratio_and_stderr(
         [sum(_tool_turns(t) for t in group) for group in tasks],
         [float(sum(t.num_turns for t in group)) for group in tasks],

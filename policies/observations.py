@@ -73,7 +73,7 @@ from typing import Any, Literal
 import msgspec
 
 from policies.chat import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
-from specs.observation_rule import PLACEHOLDER, ObservationRule
+from specs.observation_rule import ObservationRule
 
 IMAGE_PART_TYPES = frozenset({"image", "image_url", "input_image"})
 _ATTACHED = re.compile(r"\[image (\d+): ([^,\]]*), attached\]")

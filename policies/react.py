@@ -21,21 +21,18 @@ from typing import Any, Protocol
 import msgspec
 
 from policies.chat import format_tool_result, render_system_prompt
+from policies.engine import Engine
 from policies.observations import apply_rule
-from specs.observation_rule import ObservationRule
 from policies.tokens import ChatRecorder
 from policies.tool_calls import ToolCallParseError, parse_tool_call
-from policies.types import Generation, SamplingConfig, ToolResult, ToolSpec
+from policies.types import SamplingConfig, ToolResult, ToolSpec
+from specs.observation_rule import ObservationRule
 from specs.trajectory import ToolCallRecord, Trajectory
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant that solves tasks with the tools provided."
 INFRA_ERRORS = frozenset({"server_died"})
-
-
-class Engine(Protocol):
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation: ...
 
 
 class ToolCaller(Protocol):
@@ -148,5 +145,8 @@ def _record(turn: int, parsed: Any, result: ToolResult) -> ToolCallRecord:
         latency_s=result.latency_s,
         output_bytes=result.output_bytes or len(result.text.encode()),
         server=result.server,
+        tool=result.tool,
         read_only=result.read_only,
+        route_hits=result.route_hits,
+        cuts=result.cuts,
     )

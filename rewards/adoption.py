@@ -1,6 +1,7 @@
-"""Tool-adoption RL signals: shaped return, per-step group advantages, post-normalisation tool bonus,
-gradient-band task curation. Paper: seed 002, "Screenshots or Tools?" (Fan et al.), Section 5.1,
-Eqs. (3)-(4), Appendix F and Table 6.
+"""Tool-adoption reward signals: shaped return, tool bonus, gradient-band task curation. Paper: seed
+002, "Screenshots or Tools?" (Fan et al.), Section 5.1, Eqs. (3)-(4), Appendix F and Table 6. The
+Evaluator scores the return and the bonus (``Score.adoption``); their combination into per-step
+advantages (Eq. 4, the bonus after normalisation) is ``policies.adoption_advantages``.
 
 A trajectory ``tau`` of ``T`` steps (model turns, 1-based, as ``ToolCallRecord.turn`` counts them) with
 outcome ``succ(tau)`` in ``{+1, -1}`` gets the return, Eq. (3)::
@@ -46,7 +47,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.advantages import group_advantages
 from specs.trajectory import ToolCallRecord
 
 LAMBDA_LEN = 0.05
@@ -74,23 +74,6 @@ def shaped_return(
     return outcome - lambda_len * steps / max_steps - lambda_cap * float(steps >= max_steps)
 
 
-def group_step_advantages(
-    returns: Sequence[float], steps: Sequence[int], *, eps: float = 1e-6
-) -> list[float]:
-    """Eq. (4) without the bonus, for one group: ``z_i / T_i``, the advantage of each of trajectory i's steps."""
-    if len(returns) != len(steps):
-        raise ValueError(
-            f"group_step_advantages: {len(returns)} returns but {len(steps)} step counts; expected one each"
-        )
-    for i, t in enumerate(steps):
-        if t < 1:
-            raise ValueError(
-                f"group_step_advantages: steps[{i}] must be >= 1 (a trajectory has a step), got {t}"
-            )
-    z = group_advantages([float(r) for r in returns], ["group"] * len(returns), eps=eps)
-    return [zi / t for zi, t in zip(z, steps, strict=True)]
-
-
 def call_key(call: ToolCallRecord) -> str:
     """The (tool, arguments) key: argument order and whitespace do not matter."""
     return json.dumps([call.name, call.arguments], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -106,32 +89,6 @@ def tool_bonus(calls: Sequence[ToolCallRecord], *, lambda_mcp: float = LAMBDA_MC
         seen.add(key)
         bonus[call.turn] = max(bonus.get(call.turn, 0.0), lambda_mcp if fires else 0.0)
     return bonus
-
-
-def step_advantages_with_bonus(
-    returns: Sequence[float],
-    steps: Sequence[int],
-    calls: Sequence[Sequence[ToolCallRecord]],
-    *,
-    lambda_mcp: float = LAMBDA_MCP,
-    eps: float = 1e-6,
-) -> list[list[float]]:
-    """Eq. (4) for one group: ``out[i][t-1]`` is ``A_t`` of trajectory i's step ``t`` (bonus added after z-scoring)."""
-    if len(calls) != len(returns):
-        raise ValueError(
-            f"step_advantages_with_bonus: {len(returns)} returns but {len(calls)} call logs; expected one each"
-        )
-    base = group_step_advantages(returns, steps, eps=eps)
-    out: list[list[float]] = []
-    for i, (a, t, log) in enumerate(zip(base, steps, calls, strict=True)):
-        bonus = tool_bonus(log, lambda_mcp=lambda_mcp)
-        bad = [turn for turn in bonus if not 1 <= turn <= t]
-        if bad:
-            raise ValueError(
-                f"step_advantages_with_bonus: trajectory {i} has calls at turns {bad}, expected 1..{t}"
-            )
-        out.append([a + bonus.get(turn, 0.0) for turn in range(1, t + 1)])
-    return out
 
 
 class PassRateCurator:

@@ -54,33 +54,27 @@ Choices where the paper is silent or ambiguous (each is a documented default, no
   that successfully concludes the task" and no value; r_term defaults to 1 (the unit of the s_*
   bonuses). Well-formed: a non-blank final answer (the episode ended by Terminate, not by a limit);
   when the caller passes ``success`` (the task's evaluators), it must also be true.
-- Route recall needs the tools a route call returned, which ``ToolCallRecord`` does not keep; the
-  caller passes them by turn in ``route_hits``. A route call without hits recalls nothing.
+- Route recall reads the tools a route call returned from its record (``ToolCallRecord.route_hits``,
+  filled by the gateway's router, best first). A route call that failed or returned no hit recalls
+  nothing; so does one whose record has no hits (``None``).
 
 From a recorded trajectory: ``trajectory_tool_reward(trajectory, task.reference_calls, success=...)``
-takes the call log and the final answer, and reads each route call's hits from the conversation
-(``route_hits_from_messages``). Model turn k is the k-th assistant message (the agent loop,
-``policies.react``, opens with system and user messages only); a call's observation is the message
-right after its turn, wrapped in ``<tool_response>`` tags by ``policies.chat.format_tool_result``
-(role ``tool`` or ``user``); a route observation lists one hit per line,
-``<tool name>(<arguments>): <description>`` (``actors.tool_router.route_observation``). A route call
-whose observation is missing (the turn limit ended the episode before it was shown), failed (``ok``
-false) or lists no tool line (bad arguments, no match, a placeholder that replaced the observation)
-recalls nothing.
+takes its call log and final answer; it is called by the Evaluator (``actors/evaluator.py``), the one
+place an episode is scored.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
+import numpy as np
+from scipy.optimize import linear_sum_assignment
 
-from policies.chat import TOOL_CALL_OPEN, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
-from specs.trajectory import ToolCallRecord, Trajectory
 from specs.task import ReferenceCall
+from specs.trajectory import ToolCallRecord, Trajectory
 
 ROUTE_TOOL_NAME = "route"
 """Name of the built-in routing tool (``actors.tool_router.ROUTE_TOOL``)."""
@@ -90,8 +84,6 @@ EXEC_SCALE, EXEC_SHIFT = 6.0, -3.0
 """Eq. 6: R_correct = 6·H_exec/(2 + |A|) - 3."""
 ROUTE_SCALE, ROUTE_NORM, ROUTE_SHIFT = 6.0, 3.0, -2.0
 """Eq. 8: R_correct = 6·H_route/3 - 2."""
-_ROUTE_HIT_LINE = re.compile(r"(?P<name>[^\s()]+)\([^()]*\): ")
-"""A hit line of ``route_observation``: ``<tool name>(<arguments>): <description>``."""
 
 
 class ToolRewardWeights(msgspec.Struct, frozen=True, kw_only=True):
@@ -264,44 +256,13 @@ def route_score(
 
 def best_assignment(scores: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
     """``(row, column)`` pairs, min(rows, columns) of them, one per row and column, maximising the
-    summed score (Hungarian algorithm with potentials, O(n²m)); sorted by row."""
-    rows = len(scores)
-    cols = len(scores[0]) if rows else 0
-    if rows == 0 or cols == 0:
+    summed score (``scipy.optimize.linear_sum_assignment``); sorted by row."""
+    if not scores or not scores[0]:
         return []
-    if any(len(r) != cols for r in scores):
+    if any(len(r) != len(scores[0]) for r in scores):
         raise ValueError(f"scores: expected a rectangular matrix, got row lengths {[len(r) for r in scores]}")
-    if rows > cols:
-        return sorted((i, j) for j, i in best_assignment([list(c) for c in zip(*scores, strict=True)]))
-    cost = [[-float(x) for x in r] for r in scores]
-    inf = math.inf
-    u, v = [0.0] * (rows + 1), [0.0] * (cols + 1)
-    owner, way = [0] * (cols + 1), [0] * (cols + 1)  # owner[j]: row (1-based) holding column j
-    for i in range(1, rows + 1):
-        owner[0], j0 = i, 0
-        minv, used = [inf] * (cols + 1), [False] * (cols + 1)
-        while owner[j0] != 0:
-            used[j0] = True
-            i0, delta, j1 = owner[j0], inf, 0
-            for j in range(1, cols + 1):
-                if not used[j]:
-                    cur = cost[i0 - 1][j - 1] - u[i0] - v[j]
-                    if cur < minv[j]:
-                        minv[j], way[j] = cur, j0
-                    if minv[j] < delta:
-                        delta, j1 = minv[j], j
-            for j in range(cols + 1):
-                if used[j]:
-                    u[owner[j]] += delta
-                    v[j] -= delta
-                else:
-                    minv[j] -= delta
-            j0 = j1
-        while j0:
-            j1 = way[j0]
-            owner[j0] = owner[j1]
-            j0 = j1
-    return sorted((owner[j] - 1, j - 1) for j in range(1, cols + 1) if owner[j])
+    rows, cols = linear_sum_assignment(np.asarray(scores, dtype=float), maximize=True)
+    return sorted((int(i), int(j)) for i, j in zip(rows, cols, strict=True))
 
 
 def is_well_formed(final_answer: str | None) -> bool:
@@ -315,7 +276,6 @@ def tool_reward(
     *,
     final_answer: str | None,
     success: bool | None = None,
-    route_hits: Mapping[int, Sequence[str]] | None = None,
     weights: ToolRewardWeights = DEFAULT_WEIGHTS,
     route_tool: str = ROUTE_TOOL_NAME,
 ) -> ToolReward:
@@ -323,11 +283,10 @@ def tool_reward(
     over D = actions + unmatched references, plus terminal shaping.
 
     ``reference``: the task's ``reference_calls`` (empty: format term only). ``success``: the task's
-    verdict when known (``False`` withholds the terminal reward). ``route_hits``: for a route call's
-    turn, the namespaced tools it returned, best first.
+    verdict when known (``False`` withholds the terminal reward). A route call's hits are its record's
+    ``route_hits`` (none when it failed).
     """
     w = weights
-    hits = route_hits or {}
     scored: dict[int, CallScore] = {}
     executes: list[int] = []
     for i, call in enumerate(calls):
@@ -337,7 +296,7 @@ def tool_reward(
                 index=i, turn=call.turn, kind="format_error", format=0.0, correct=0.0, penalty=p, total=p
             )
         elif call.name == route_tool and reference:
-            scored[i] = route_score(call, reference, hits.get(call.turn, ()), w, index=i)
+            scored[i] = route_score(call, reference, (call.route_hits or ()) if call.ok else (), w, index=i)
         elif call.name == route_tool:
             scored[i] = _format_only(i, call, "route", w)
         else:
@@ -384,59 +343,6 @@ def _format_only(
     )
 
 
-def observation_body(message: Mapping[str, Any]) -> str | None:
-    """The text inside ``<tool_response>`` tags of an observation message (``format_tool_result``,
-    any role); ``None`` when the message is not an observation."""
-    content = message.get("content")
-    if not isinstance(content, str):
-        return None
-    text = content.strip()
-    if not text.startswith(TOOL_RESPONSE_OPEN):
-        return None
-    text = text.removeprefix(TOOL_RESPONSE_OPEN).removesuffix(TOOL_RESPONSE_CLOSE)
-    return text.strip("\n")
-
-
-def route_hit_names(observation: str) -> list[str]:
-    """The tool names a route observation lists, best first: the ``<tool name>`` of each
-    ``<tool name>(<arguments>): <description>`` line; other lines (a message instead of hits) are skipped."""
-    return [m["name"] for line in observation.splitlines() if (m := _ROUTE_HIT_LINE.match(line))]
-
-
-def route_hits_from_messages(
-    messages: Sequence[Mapping[str, Any]],
-    calls: Sequence[ToolCallRecord],
-    *,
-    route_tool: str = ROUTE_TOOL_NAME,
-) -> dict[int, list[str]]:
-    """For each route call in ``calls`` (by turn), the tools its observation listed (module docstring).
-
-    Turn k is the k-th ``assistant`` message of ``messages``; its observation is the next message.
-    Raises ``ValueError`` when a route call's turn has no assistant message, or that message holds no
-    ``<tool_call>``: the messages are not the conversation the calls were recorded from.
-    """
-    assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    hits: dict[int, list[str]] = {}
-    for call in calls:
-        if call.name != route_tool or call.error_kind in SEVERE_FORMAT_ERRORS:
-            continue
-        if not 1 <= call.turn <= len(assistant):
-            raise ValueError(
-                f"route_hits_from_messages: route call of turn {call.turn} has no assistant message; "
-                f"expected turn k to be the k-th assistant message, and the messages hold {len(assistant)}"
-            )
-        at = assistant[call.turn - 1]
-        content = messages[at].get("content")
-        if not isinstance(content, str) or TOOL_CALL_OPEN not in content:
-            raise ValueError(
-                f"route_hits_from_messages: assistant message {at} (turn {call.turn}) holds no "
-                f"{TOOL_CALL_OPEN}; expected the route call recorded for that turn"
-            )
-        body = observation_body(messages[at + 1]) if at + 1 < len(messages) else None
-        hits[call.turn] = route_hit_names(body) if call.ok and body is not None else []
-    return hits
-
-
 def trajectory_tool_reward(
     trajectory: Trajectory,
     reference: Sequence[ReferenceCall],
@@ -444,11 +350,10 @@ def trajectory_tool_reward(
     success: bool | None,
     weights: ToolRewardWeights = DEFAULT_WEIGHTS,
 ) -> ToolReward:
-    """R_tool(τ) of a recorded episode: ``tool_reward`` on its call log, final answer and the route
-    hits read from its messages (``route_hits_from_messages``).
+    """R_tool(τ) of a recorded episode: ``tool_reward`` on its call log and final answer.
 
-    ``reference``: the task's ``reference_calls``. ``success``: the task's verdict (the driver's
-    ``reward >= 1``), withholding r_term when ``False``; ``None`` when not evaluated. Raises
+    ``reference``: the task's ``reference_calls``. ``success``: the task's verdict (every evaluator
+    passed), withholding r_term when ``False``; ``None`` when not evaluated. Raises
     ``ValueError`` for a trajectory whose status is not ``ok``: a failed episode has no reward to give.
     """
     if trajectory.status != "ok":
@@ -461,6 +366,5 @@ def trajectory_tool_reward(
         reference,
         final_answer=trajectory.final_answer,
         success=success,
-        route_hits=route_hits_from_messages(trajectory.messages, trajectory.tool_calls),
         weights=weights,
     )

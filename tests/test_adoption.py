@@ -8,15 +8,10 @@ from typing import Any
 
 import pytest
 
+from policies.adoption_advantages import group_step_advantages, step_advantages_with_bonus
 from policies.advantages import group_advantages
-from specs.trajectory import ToolCallRecord
-from rewards.adoption import (
-    PassRateCurator,
-    group_step_advantages,
-    shaped_return,
-    step_advantages_with_bonus,
-    tool_bonus,
-)
+from rewards.adoption import PassRateCurator, shaped_return, tool_bonus
+from specs.trajectory import AdoptionScore, ToolCallRecord
 
 
 def rec(
@@ -139,9 +134,18 @@ def test_bonus_reads_calls_in_turn_order() -> None:
 # --- Eq. (4) with the bonus ----------------------------------------------------------------------
 
 
+def _scores(returns: list[float], steps: list[int], calls: list[list[ToolCallRecord]]) -> list[AdoptionScore]:
+    """What the Evaluator scores for each trajectory: its return, steps and per-step bonus."""
+    out = []
+    for r, t, log in zip(returns, steps, calls, strict=True):
+        bonus = tool_bonus(log)
+        out.append(AdoptionScore(shaped_return=r, steps=t, step_bonus=tuple(bonus.get(k, 0.0) for k in range(1, t + 1))))
+    return out
+
+
 def test_bonus_is_added_to_the_step_after_normalisation() -> None:
     # R = [1, -1], T = [2, 2]: z = +-1/sqrt(2) = +-0.70711, / 2 = +-0.35355; trajectory 0 scores a bonus at turn 1.
-    adv = step_advantages_with_bonus([1.0, -1.0], [2, 2], [[rec(1)], []], eps=0.0)
+    adv = step_advantages_with_bonus(_scores([1.0, -1.0], [2, 2], [[rec(1)], []]), eps=0.0)
     h = 1 / math.sqrt(2) / 2
     assert adv[0] == pytest.approx([h + 0.1, h])
     assert adv[1] == pytest.approx([-h, -h])
@@ -156,18 +160,17 @@ def test_folding_the_bonus_into_the_return_would_be_a_dead_signal() -> None:
     # sample std sqrt((1.475^2 + 0.425^2 + 2*0.525^2)/3) = 0.98446, z_1 = -0.43171 (was -0.5): +0.0068 a step.
     folded4 = group_step_advantages([1.0, -0.9, -1.0, -1.0], [5, 10, 5, 5], eps=0.0)
     after = step_advantages_with_bonus(
-        [1.0, -1.0, -1.0, -1.0], [5, 10, 5, 5], [[], [rec(4)], [], []], eps=0.0
+        _scores([1.0, -1.0, -1.0, -1.0], [5, 10, 5, 5], [[], [rec(4)], [], []]), eps=0.0
     )
     assert folded4[1] == pytest.approx(-0.043171, abs=1e-6)
     assert after[1][3] == pytest.approx(-0.05 + 0.1)  # z_1 = -0.5, / 10, + lambda_mcp
     assert after[1][0] == pytest.approx(-0.05)
 
 
-def test_step_advantages_with_bonus_reject_calls_outside_the_trajectory() -> None:
-    with pytest.raises(ValueError, match="turns \\[3\\], expected 1..2"):
-        step_advantages_with_bonus([1.0, -1.0], [2, 2], [[rec(3)], []])
-    with pytest.raises(ValueError, match="call logs"):
-        step_advantages_with_bonus([1.0, -1.0], [2, 2], [[]])
+def test_step_advantages_with_bonus_refuse_a_bonus_per_step_that_does_not_match_the_steps() -> None:
+    short = AdoptionScore(shaped_return=1.0, steps=2, step_bonus=(0.1,))
+    with pytest.raises(ValueError, match="trajectory 0 has 2 steps but 1 step bonuses"):
+        step_advantages_with_bonus([short, AdoptionScore(shaped_return=-1.0, steps=1, step_bonus=(0.0,))])
 
 
 # --- gradient-band curation ----------------------------------------------------------------------

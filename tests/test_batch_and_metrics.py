@@ -8,9 +8,14 @@ from typing import Any
 
 import pytest
 
-from launch.train import TaskStream
+from launch.tasks import TaskStream
 from policies.batch import adoption_samples, demonstration_samples, rl_samples
-from specs.trajectory import ToolCallRecord, Trajectory
+from specs.trajectory import AdoptionScore, Score, ToolCallRecord, Trajectory, Verdict
+
+
+def score(success: bool, **families: Any) -> Score:
+    """What the Evaluator returns for an episode with one evaluator, and the given families."""
+    return Score.of((Verdict(func="raw", op="=", passed=success),), **families)
 
 
 def traj(
@@ -38,7 +43,7 @@ def traj(
         ],
         num_turns=len(calls) + 1,
         status=status,  # type: ignore[arg-type]
-        reward=reward,
+        score=None if reward is None else score(reward >= 1.0),
     )
 
 
@@ -139,7 +144,8 @@ def test_reporter_prints_a_row_per_phase_and_writes_trajectories(tmp_path: Any, 
         "loss": 0.25,
     }
     record = json.loads(open(path).read())
-    assert record["text"] == "1 2 3 4" and record["reward"] == 1.0 and record["trainable"] == [0, 0, 1, 1]
+    assert record["text"] == "1 2 3 4" and record["trainable"] == [0, 0, 1, 1]
+    assert record["score"]["success"] is True and record["score"]["task"] == 1.0
 
 
 def test_each_rendering_segment_becomes_its_own_sample() -> None:
@@ -159,7 +165,7 @@ def test_each_rendering_segment_becomes_its_own_sample() -> None:
     )
 
 
-def two_turns(group: str, reward: float, calls: tuple[tuple[bool, bool | None], ...]) -> Trajectory:
+def two_turns(group: str, adoption: AdoptionScore, calls: tuple[tuple[bool, bool | None], ...]) -> Trajectory:
     """prompt(2) turn1(2) tool(1) turn2(2): tokens 10..16; calls as (ok, read_only) at turns 1..."""
     return Trajectory(
         task_id=group,
@@ -183,16 +189,18 @@ def two_turns(group: str, reward: float, calls: tuple[tuple[bool, bool | None], 
             for i, (ok, read_only) in enumerate(calls)
         ],
         num_turns=2,
-        reward=reward,
+        score=score(adoption.shaped_return > 0, adoption=adoption),
     )
 
 
 def test_adoption_samples_are_per_step_with_z_over_t_and_the_bonus_after_normalisation() -> None:
     """Two 2-step trajectories, T_max 4: R = +1 - 0.05 * 2/4 = 0.975 and -1 - 0.025 = -1.025;
     z = +-1/sqrt(2) = +-0.70711, per step z / 2 = +-0.35355; the winner's first call succeeded and
-    writes (bonus 0.1 at step 1), its second is read-only (none); the loser's call failed (none)."""
-    group = [two_turns("g", 1.0, ((True, False), (True, True))), two_turns("g", 0.0, ((False, None),))]
-    samples = adoption_samples([group], max_steps=4, lambda_len=0.05, lambda_cap=0.2, lambda_mcp=0.1)
+    writes (bonus 0.1 at step 1, as the Evaluator scores it), the loser's none."""
+    won = AdoptionScore(shaped_return=0.975, steps=2, step_bonus=(0.1, 0.0))
+    lost = AdoptionScore(shaped_return=-1.025, steps=2, step_bonus=(0.0, 0.0))
+    group = [two_turns("g", won, ((True, False), (True, True))), two_turns("g", lost, ((False, None),))]
+    samples = adoption_samples([group])
     assert [round(s.advantage, 5) for s in samples] == [0.45355, 0.35355, -0.35355, -0.35355]
     first, second = samples[0], samples[1]
     assert (first.token_ids, first.trainable, first.logprobs) == (
@@ -204,14 +212,19 @@ def test_adoption_samples_are_per_step_with_z_over_t_and_the_bonus_after_normali
     assert second.logprobs[-2:] == [-0.3, -0.4] and sum(second.logprobs[:5]) == 0.0
 
 
-def scored(group: str, reward: float, **details: float) -> Trajectory:
+def scored(group: str, reward: float, **families: float) -> Trajectory:
     t = traj(group, reward)
-    t.reward_details.update(details)
+    t.score = score(reward >= 1.0, **families)
     return t
 
 
+def test_adoption_samples_refuse_a_trajectory_without_an_adoption_score() -> None:
+    with pytest.raises(ValueError, match=r"trajectory of g has no adoption score \(Score.adoption is None\)"):
+        adoption_samples([[traj("g", 1.0), traj("g", 0.0)]])
+
+
 def tool_groups() -> list[list[Trajectory]]:
-    """Three groups with outcome rewards and tool rewards (``reward_details["tool"]``, R_tool)."""
+    """Three groups with outcome rewards and tool rewards (``Score.tool``, R_tool)."""
     return [
         # outcome [0, 1, 0, 0] (success rate 1/4); tool [7, 3, 3, 3]: mean 4, deviations [3, -1, -1, -1],
         # sample var (9 + 1 + 1 + 1)/3 = 4, std 2 -> A^T = [1.5, -0.5, -0.5, -0.5]
@@ -224,41 +237,39 @@ def tool_groups() -> list[list[Trajectory]]:
     ]
 
 
-def test_with_a_tool_key_the_action_advantage_is_the_group_normalised_tool_reward() -> None:
-    samples = rl_samples(tool_groups(), tool_key="tool")  # c left out: zero advantage
+def test_with_the_tool_signal_the_action_advantage_is_the_group_normalised_tool_reward() -> None:
+    samples = rl_samples(tool_groups(), action_signal="tool")  # c left out: zero advantage
     assert [s.advantage for s in samples] == pytest.approx([1.5, -0.5, -0.5, -0.5, 0.7071, -0.7071], abs=1e-4)
     # without the key: the outcome, as before (a: [-0.5, 1.5, -0.5, -0.5], b: 0 left out, c: ±1/√2)
     outcome = rl_samples(tool_groups())
     assert [s.advantage for s in outcome] == pytest.approx([-0.5, 1.5, -0.5, -0.5, 0.7071, -0.7071], abs=1e-4)
     # Dr. GRPO (centred only): a: [3, -1, -1, -1], b: [2, -2]
-    centred = rl_samples(tool_groups(), tool_key="tool", std_normalize=False)
+    centred = rl_samples(tool_groups(), action_signal="tool", std_normalize=False)
     assert [s.advantage for s in centred] == pytest.approx([3.0, -1.0, -1.0, -1.0, 2.0, -2.0], abs=1e-9)
 
 
-def test_with_a_tool_key_the_band_still_filters_on_outcome_success() -> None:
+def test_with_the_tool_signal_the_band_still_filters_on_task_success() -> None:
     # band (0, 1): b (rate 0) is dropped although its tool rewards differ; c (rate 1/2) is kept but
     # has zero advantage, so it appears only with keep_zero
-    banded = rl_samples(tool_groups(), tool_key="tool", band=(0.0, 1.0))
+    banded = rl_samples(tool_groups(), action_signal="tool", band=(0.0, 1.0))
     assert [s.advantage for s in banded] == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-4)
-    kept = rl_samples(tool_groups(), tool_key="tool", band=(0.0, 1.0), keep_zero=True)
+    kept = rl_samples(tool_groups(), action_signal="tool", band=(0.0, 1.0), keep_zero=True)
     assert [s.advantage for s in kept] == pytest.approx([1.5, -0.5, -0.5, -0.5, 0.0, 0.0], abs=1e-4)
 
 
-def test_a_tool_key_and_a_reasoning_key_give_each_stream_its_own_advantage() -> None:
+def test_the_tool_and_reasoning_families_give_each_stream_its_own_advantage() -> None:
     # c: A^T = [0, 0] (tool [4, 4]); reasoning [0.6, 0.2]: mean 0.4, deviations ±0.2,
     # var 0.08/1, std 0.2828 -> A^R = ±1/√2: kept for the reasoning stream
     group = [scored("c", 1.0, tool=4.0, reasoning=0.6), scored("c", 0.0, tool=4.0, reasoning=0.2)]
-    samples = rl_samples([group], tool_key="tool", reasoning_key="reasoning")
+    samples = rl_samples([group], action_signal="tool", reasoning=True)
     assert [s.advantage for s in samples] == [0.0, 0.0]
     assert [s.reasoning_advantage for s in samples] == pytest.approx([0.7071, -0.7071], abs=1e-4)
 
 
-def test_a_trajectory_without_the_tool_reward_is_refused_naming_task_and_key() -> None:
-    # refused even when its group would be dropped by the band (b: all fail)
+def test_a_family_the_evaluator_did_not_compute_is_refused_naming_task_and_family() -> None:
+    # refused even when its group would be dropped by the band (b: all fail): None is not 0.0
     groups = [[scored("a", 1.0, tool=1.0), scored("a", 0.0, tool=0.0)], [traj("b", 0.0), traj("b", 0.0)]]
-    with pytest.raises(
-        ValueError, match=r"trajectory of b has reward_details\['tool'\] = None; expected a number"
-    ):
-        rl_samples(groups, tool_key="tool", band=(0.0, 1.0))
-    with pytest.raises(ValueError, match=r"reward_details\['tool'\] = True"):
-        rl_samples([[scored("a", 1.0, tool=True), scored("a", 0.0, tool=0.0)]], tool_key="tool")
+    with pytest.raises(ValueError, match=r"trajectory of b has no tool reward \(Score.tool is None\)"):
+        rl_samples(groups, action_signal="tool", band=(0.0, 1.0))
+    with pytest.raises(ValueError, match=r"trajectory of a has no reasoning reward"):
+        rl_samples([[scored("a", 1.0), scored("a", 0.0)]], reasoning=True)

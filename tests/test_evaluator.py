@@ -10,13 +10,13 @@ import anyio
 import pytest
 
 from actors.evaluator import Evaluator
-from specs.env import EnvConfig, EnvHandle, EnvInfo
 from actors.provisioners.local import LocalProvisioner
-from specs.trajectory import Trajectory
 from rewards.ops import EvalOutcome
+from specs.env import EnvConfig, EnvHandle, EnvInfo
 from specs.errors import EvaluatorError
 from specs.registry import evaluator
 from specs.task import TaskSpec, parse_tasks
+from specs.trajectory import Trajectory
 
 pytestmark = pytest.mark.anyio
 HOOKS = ("tests.test_evaluator",)
@@ -73,17 +73,17 @@ async def test_every_evaluator_must_pass_and_each_verdict_is_kept(env: EnvInfo) 
         {"func": "raw", "op": "test.file_holds", "value": 387, "op_args": {"path": "db.txt"}},
     )
     with anyio.fail_after(30):
-        reward, details = await Evaluator(HOOKS).evaluate(spec, answered("The answer is 387."), env)
-        assert reward == 1.0 and [v["passed"] for v in details["evaluators"]] == [True, True]
-        reward, details = await Evaluator(HOOKS).evaluate(spec, answered("The answer is 386."), env)
-    assert reward == 0.0 and [v["passed"] for v in details["evaluators"]] == [False, True]
+        passed = await Evaluator(HOOKS).evaluate(spec, answered("The answer is 387."), env)
+        assert (passed.success, passed.task) == (True, 1.0) and [v.passed for v in passed.verdicts] == [True, True]
+        failed = await Evaluator(HOOKS).evaluate(spec, answered("The answer is 386."), env)
+    assert (failed.success, failed.task) == (False, 0.0) and [v.passed for v in failed.verdicts] == [False, True]
+    # families that are off are not computed: None, never 0.0
+    assert (failed.tool, failed.reasoning, failed.adoption) == (None, None, None)
 
 
 async def test_no_final_answer_fails_generic_ops_without_crashing(env: EnvInfo) -> None:
-    reward, details = await Evaluator(HOOKS).evaluate(
-        task({"func": "number", "op": "=", "value": 1}), answered(None), env
-    )
-    assert reward == 0.0 and details["evaluators"][0]["reason"] == "no final answer"
+    score = await Evaluator(HOOKS).evaluate(task({"func": "number", "op": "=", "value": 1}), answered(None), env)
+    assert not score.success and score.verdicts[0].message == "no final answer"
 
 
 async def test_a_crashing_or_unknown_evaluator_is_an_error_never_a_zero(env: EnvInfo) -> None:

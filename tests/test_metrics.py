@@ -15,7 +15,7 @@ from policies.metrics import (
     ratio_and_stderr,
     turn_input_tokens,
 )
-from specs.trajectory import ToolCallRecord, Trajectory
+from specs.trajectory import Score, ToolCallRecord, Trajectory, Verdict
 
 
 def call(turn: int, kind: str | None = None) -> ToolCallRecord:
@@ -57,7 +57,7 @@ def episode(
         num_turns=turns,
         truncated=final is None,
         status=status,  # type: ignore[arg-type]
-        reward=reward,
+        score=None if reward is None else Score.of((Verdict(func="raw", op="=", passed=reward >= 1.0),)),
     )
 
 

@@ -16,7 +16,7 @@ from actors.evaluator import Evaluator
 from actors.mcp_gateway import McpGateway
 from actors.orchestrator import StepOrchestrator, StepRollout
 from actors.rollout import Group, RolloutPipeline, StageMetrics, env_config_resolver
-from launch.train import TaskStream
+from launch.tasks import TaskStream
 from policies.react import EpisodeLimits
 from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder

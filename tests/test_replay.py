@@ -12,14 +12,14 @@ import pytest
 from transformers import AutoTokenizer
 
 from actors.rollout import Group
-from launch.episodes import drop_unreplayable
+from launch.steps import drop_unreplayable
 from policies.observations import apply_rule
-from specs.observation_rule import ObservationRule
 from policies.react import EpisodeLimits, build_messages, run_episode
 from policies.replay import check_replay, rebuild, turn_tokens
 from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig, ToolResult, ToolSpec
+from specs.observation_rule import ObservationRule
 from specs.trajectory import Trajectory
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from launch.checkpoints import complete_steps, read_progress
-from launch.train import TaskStream
+from launch.tasks import TaskStream
 from specs.task import load_tasks
 
 pytestmark = pytest.mark.slow

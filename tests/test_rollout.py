@@ -32,6 +32,7 @@ from policies.types import SamplingConfig
 from specs.domains.calculator.expert import respond
 from specs.servers import load_server_registry
 from specs.task import load_tasks
+from specs.trajectory import Score
 from tests.backends import BACKENDS, make_backend, run_id
 
 pytestmark = pytest.mark.anyio
@@ -102,7 +103,7 @@ async def test_expert_groups_run_end_to_end_and_score_one(
     assert sorted(g.task_id for g in groups) == sorted(t.instance_id for t in tasks)
     trajectories = [t for g in groups for t in g.trajectories]
     assert all(g.dropped is None for g in groups)
-    assert [t.reward for t in trajectories] == [1.0] * 4
+    assert [t.succeeded for t in trajectories] == [True] * 4
     expected = {t.instance_id: t.private["_answer"] for t in tasks}
     for t in trajectories:
         assert [c.ok for c in t.tool_calls] == [True]
@@ -123,13 +124,15 @@ async def test_wrong_answers_are_scored_zero_not_dropped(
     monkeypatch.chdir(REPO)
     tasks = load_tasks(DOMAIN / "tasks" / "train.json")[:1]
     groups, _, _ = await run_pipeline(tmp_path, tokenizer, tasks, group_size=2, policy=wrong_once)
-    assert [t.reward for t in groups[0].trajectories] == [0.0, 0.0]
-    verdict = groups[0].trajectories[0].reward_details["evaluators"][0]
-    assert verdict["passed"] is False and verdict["reason"]
+    assert [t.succeeded for t in groups[0].trajectories] == [False, False]
+    score = groups[0].trajectories[0].score
+    assert score is not None
+    verdict = score.verdicts[0]
+    assert verdict.passed is False and verdict.message
 
 
 class CrashingEvaluator:
-    async def evaluate(self, task: Any, trajectory: Any, env: Any) -> tuple[float, dict[str, Any]]:
+    async def evaluate(self, task: Any, trajectory: Any, env: Any) -> Score:
         from specs.errors import EvaluatorError
 
         raise EvaluatorError("the database the evaluator reads is gone")
@@ -142,7 +145,7 @@ async def test_a_crashing_evaluator_drops_the_whole_group_and_counts_it(
     tasks = load_tasks(DOMAIN / "tasks" / "train.json")[:1]
     groups, pipeline, _ = await run_pipeline(tmp_path, tokenizer, tasks, 2, evaluator=CrashingEvaluator())
     assert groups[0].dropped == "eval_failed"
-    assert all(t.reward is None for t in groups[0].trajectories)
+    assert all(t.score is None for t in groups[0].trajectories)
     assert pipeline.metrics.lost == {"eval_failed": 2} and pipeline.metrics.groups_dropped == 1
 
 
@@ -171,7 +174,7 @@ async def test_a_server_that_cannot_start_fails_the_trajectory_not_the_step(
     groups, pipeline, pool = await run_pipeline(tmp_path, tokenizer, [broken, task], 1, servers=registry)
     by_task = {g.task_id: g for g in groups}
     assert (
-        by_task[task.instance_id].dropped is None and by_task[task.instance_id].trajectories[0].reward == 1.0
+        by_task[task.instance_id].dropped is None and by_task[task.instance_id].trajectories[0].succeeded
     )
     assert by_task["broken"].dropped == "infra_failed"
     assert "no such database" in (by_task["broken"].trajectories[0].error or "")
@@ -231,13 +234,13 @@ async def test_a_server_or_env_dying_mid_episode_fails_that_trajectory_and_the_e
     by_task = {g.task_id: g for g in groups}
     for victim in ("crash", "vanish"):
         (trajectory,) = by_task[victim].trajectories
-        assert (trajectory.status, trajectory.reward, by_task[victim].dropped) == (
+        assert (trajectory.status, trajectory.score, by_task[victim].dropped) == (
             "infra_failed",
             None,
             "infra_failed",
         )
         assert "died" in (trajectory.error or ""), trajectory.error
-    assert by_task[task.instance_id].trajectories[0].reward == 1.0  # the step goes on
+    assert by_task[task.instance_id].trajectories[0].succeeded  # the step goes on
     # Each victim was retried once on a fresh environment, failed again, and its group dropped.
     assert pipeline.metrics.lost == {"infra_failed": 4} and pipeline.metrics.retried == 2
     stats = pool.stats()
@@ -278,7 +281,7 @@ async def test_a_trajectory_lost_to_a_dying_server_is_retried_on_a_fresh_env_and
     )
     (group,) = groups
     assert group.dropped is None and len(group.trajectories) == 3
-    assert [t.reward for t in group.trajectories] == [1.0, 1.0, 1.0]
+    assert [t.succeeded for t in group.trajectories] == [True, True, True]
     assert pipeline.metrics.lost == {"infra_failed": 1} and pipeline.metrics.retried == 1
     assert pool.stats()["broken"] == 1 and pool.stats()["live"] == 0
 
@@ -293,7 +296,7 @@ async def test_a_thought_mdp_episode_records_reasoning_and_action_masks(
         tmp_path, tokenizer, tasks, 2, reasoning_format="think", system_prompt=prompt
     )
     for t in groups[0].trajectories:
-        assert t.reward == 1.0 and t.num_reasoning_tokens > 0
+        assert t.succeeded and t.num_reasoning_tokens > 0
         reasoning = tokenizer.decode([i for i, r in zip(t.token_ids, t.reasoning, strict=True) if r])
         assert reasoning.count("<think>") == reasoning.count("</think>") == 2  # one span per action
         action = tokenizer.decode([i for i, a in zip(t.token_ids, t.action, strict=True) if a])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from transformers import AutoTokenizer
 
@@ -24,16 +25,12 @@ from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder
 from policies.tool_calls import parse_tool_call
 from policies.types import SamplingConfig, ToolCall, ToolResult, ToolSpec
-from specs.trajectory import ToolCallRecord, Trajectory
 from rewards.ops import evaluate_op
 from rewards.tool_reward import (
     ToolRewardWeights,
     best_assignment,
     execute_score,
     key_iou,
-    observation_body,
-    route_hit_names,
-    route_hits_from_messages,
     same_value,
     split_name,
     tool_reward,
@@ -42,13 +39,19 @@ from rewards.tool_reward import (
 from specs.domains.calculator.expert import respond as expert_respond
 from specs.domains.calculator.generate import evaluate_expression
 from specs.task import ReferenceCall, load_tasks
+from specs.trajectory import ToolCallRecord, Trajectory
 
 MUL = ReferenceCall(server="calculator", tool="multiply", arguments={"a": 17, "b": 25})
 SUB = ReferenceCall(server="calculator", tool="subtract", arguments={"a": 425, "b": 38})
 
 
 def _call(
-    name: str, arguments: dict[str, Any] | None = None, *, turn: int = 1, error_kind: str | None = None
+    name: str,
+    arguments: dict[str, Any] | None = None,
+    *,
+    turn: int = 1,
+    error_kind: str | None = None,
+    route_hits: list[str] | None = None,
 ) -> ToolCallRecord:
     return ToolCallRecord(
         turn=turn,
@@ -58,6 +61,7 @@ def _call(
         error_kind=error_kind,
         latency_s=0.0,
         output_bytes=0,
+        route_hits=None if route_hits is None else tuple(route_hits),
     )
 
 
@@ -224,30 +228,24 @@ def test_no_calls_at_all() -> None:
 
 
 def test_a_route_call_is_scored_by_eq7_and_eq8() -> None:
-    route = _call("route", {"query": "multiply two numbers"}, turn=1)
+    query = {"query": "multiply two numbers"}
+    route = _call("route", query, turn=1, route_hits=["calculator__multiply", "calculator__add"])
     # hits recall the reference server and tool: H = 1 + 1 + 1 + 1 + 1 = 5;
     # R_correct = 6*5/3 - 2 = 8; R_tool = 9. MUL stays unmatched: D = 2, total = 9/2 = 4.5
-    full = tool_reward(
-        [route], [MUL], final_answer=None, route_hits={1: ["calculator__multiply", "calculator__add"]}
-    )
+    full = tool_reward([route], [MUL], final_answer=None)
     [score] = full.calls
     assert score.kind == "route" and score.terms["H"] == 5.0 and (score.correct, score.total) == (8.0, 9.0)
     assert full.total == 4.5
     # only the server recalled: H = 4, R_correct = 6; R_tool = 7
-    server_only = tool_reward([route], [MUL], final_answer=None, route_hits={1: ["calculator__add"]})
-    assert server_only.calls[0].total == 7.0
-    # hits unknown (none given): H = 3, R_correct = 4, R_tool = 5
-    assert tool_reward([route], [MUL], final_answer=None).calls[0].total == 5.0
+    server_only = _call("route", query, route_hits=["calculator__add"])
+    assert tool_reward([server_only], [MUL], final_answer=None).calls[0].total == 7.0
+    # no hits recorded: H = 3, R_correct = 4, R_tool = 5; a failed route call recalls nothing either
+    assert tool_reward([_call("route", query)], [MUL], final_answer=None).calls[0].total == 5.0
+    failed = _call("route", query, error_kind="tool_error", route_hits=["calculator__multiply"])
+    assert tool_reward([failed], [MUL], final_answer=None).calls[0].total == 5.0
     # a blank query loses s_query too: H = 2, R_correct = 2, R_tool = 3
     blank = tool_reward([_call("route", {"query": " "})], [MUL], final_answer=None)
     assert blank.calls[0].total == 3.0
-
-
-def test_route_hits_must_be_a_list_of_names() -> None:
-    with pytest.raises(ValueError, match="route hits of turn 1: expected a list of tool names"):
-        tool_reward(
-            [_call("route", {"query": "x"})], [MUL], final_answer=None, route_hits={1: "calculator__add"}
-        )
 
 
 # --- Matching and aggregation ---------------------------------------------------------------------
@@ -304,11 +302,11 @@ def test_a_task_without_references_gets_the_format_term_only() -> None:
 
 def test_a_whole_trajectory_sums_its_components() -> None:
     calls = [
-        _call("route", {"query": "multiply"}, turn=1),  # recalls MUL: 9
+        _call("route", {"query": "multiply"}, turn=1, route_hits=["calculator__multiply"]),  # recalls MUL: 9
         _parse_error(turn=2),  # -2
         _call("calculator__multiply", {"a": 17, "b": 25}, turn=3),  # exact MUL: 10
     ]  # SUB never called: D = 3 + 1 = 4
-    result = tool_reward(calls, [MUL, SUB], final_answer="387", route_hits={1: ["calculator__multiply"]})
+    result = tool_reward(calls, [MUL, SUB], final_answer="387")
     # format (1 + 0 + 1)/4 = 0.5; correct (8 + 0 + 9)/4 = 4.25; penalty -2/4 = -0.5; terminal 1
     # total = 17/4 + 1 = 5.25 = 0.5 + 4.25 - 0.5 + 1
     assert (result.format, result.correct, result.penalty, result.terminal) == (0.5, 4.25, -0.5, 1.0)
@@ -379,7 +377,7 @@ def test_bad_weights_are_refused_naming_the_field() -> None:
         ToolRewardWeights(terminal=float("nan"))
 
 
-# --- From a recorded trajectory: route hits from the messages, expert episodes --------------------
+# --- From a recorded trajectory: route hits from the call records, expert episodes --------------------
 #
 # Observations are built with the real formatters (``route_observation``, ``format_tool_result``,
 # ``format_tool_call``), so a change of either format breaks these tests rather than the reward.
@@ -422,7 +420,8 @@ def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, str]:
 
 def _route_result(arguments: dict[str, Any]) -> ToolResult:
     # What the gateway answers a route call with (actors.mcp_gateway: the route tool is its own).
-    return ToolResult(text=route_observation(ROUTER, arguments), server="mcprl", read_only=True)
+    hits = tuple(_searched(arguments["query"], arguments.get("k", 5)))
+    return ToolResult(text=route_observation(ROUTER, arguments), server="mcprl", read_only=True, route_hits=hits)
 
 
 def _conversation(*turns: dict[str, str]) -> list[dict[str, Any]]:
@@ -443,79 +442,9 @@ def _route_then_multiply(query: dict[str, str]) -> tuple[list[dict[str, Any]], l
         {"role": "assistant", "content": "The answer is 425."},
     )
     return messages, [
-        _call("route", query, turn=1),
+        _call("route", query, turn=1, route_hits=_searched(query["query"])),
         _call("calculator__multiply", {"a": 17, "b": 25}, turn=2),
     ]
-
-
-def test_route_hits_are_the_tool_names_of_the_route_observation_best_first() -> None:
-    query = {"query": "multiply two numbers with the calculator"}
-    messages, calls = _route_then_multiply(query)
-    hits = route_hits_from_messages(messages, calls)
-    # only the route call has an entry; its hits are what the router returned, in its order
-    assert hits == {1: _searched("multiply two numbers with the calculator")}
-    assert hits[1] == ["calculator__multiply", "calculator__calculate"]  # the weather tool scores 0
-
-
-def test_route_hits_follow_each_route_turn_and_observations_may_come_as_user_messages() -> None:
-    first, second = {"query": "weather forecast"}, {"query": "evaluate an expression", "k": 1}
-    messages = _conversation(
-        _assistant_call("route", first),
-        format_tool_result(_route_result(first), role="user"),
-        _assistant_call("calculator__multiply", {"a": 17}),
-        format_tool_result(ToolResult(text="bad", is_error=True, error_kind="bad_arguments"), role="user"),
-        _assistant_call("route", second),
-        format_tool_result(_route_result(second), role="user"),
-    )
-    calls = [
-        _call("route", first, turn=1),
-        _call("calculator__multiply", {"a": 17}, turn=2, error_kind="bad_arguments"),
-        _call("route", second, turn=3),
-    ]
-    assert route_hits_from_messages(messages, calls) == {
-        1: _searched("weather forecast"),
-        3: ["calculator__calculate"],  # k = 1: the best hit only
-    }
-    assert _searched("weather forecast")[0] == "weather__get_forecast"
-
-
-def test_a_route_call_recalls_nothing_when_it_failed_was_refused_or_was_never_answered() -> None:
-    blank = {"query": " "}
-    failed = ToolResult(text="Unknown tool 'route'.", is_error=True, error_kind="unknown_tool")
-    messages = _conversation(
-        _assistant_call("route", {"query": "multiply"}),
-        format_tool_result(failed),  # no router in the environment: an error observation
-        _assistant_call("route", blank),
-        format_tool_result(_route_result(blank)),  # "route: 'query' must be a non-empty string ..."
-        _assistant_call("route", {"query": "multiply"}),  # the last turn: the loop never shows the result
-    )
-    calls = [
-        _call("route", {"query": "multiply"}, turn=1, error_kind="unknown_tool"),
-        _call("route", blank, turn=2),
-        _call("route", {"query": "multiply"}, turn=3),
-    ]
-    assert route_observation(ROUTER, blank).startswith("route: ")
-    assert route_hits_from_messages(messages, calls) == {1: [], 2: [], 3: []}
-
-
-def test_route_hit_lines_are_read_whatever_the_description_holds() -> None:
-    # a description with parentheses and ": ", a tool without arguments, a message line skipped
-    text = "a__b(x, y?): Adds (two) numbers: x + y.\nc__d(): (no description)\nroute: no tools match 'q'."
-    assert route_hit_names(text) == ["a__b", "c__d"]
-    assert observation_body(format_tool_result(ToolResult(text=text))) == text
-    assert observation_body({"role": "assistant", "content": "a__b(x): y"}) is None
-    assert observation_body({"role": "tool", "content": [{"type": "text", "text": "x"}]}) is None
-
-
-def test_route_hits_refuse_messages_that_do_not_match_the_calls() -> None:
-    messages = _conversation(_assistant_call("route", {"query": "multiply"}))
-    with pytest.raises(ValueError, match="route call of turn 2 has no assistant message"):
-        route_hits_from_messages(messages, [_call("route", {"query": "multiply"}, turn=2)])
-    prose = _conversation({"role": "assistant", "content": "Let me think."})
-    with pytest.raises(ValueError, match=r"assistant message 2 \(turn 1\) holds no <tool_call>"):
-        route_hits_from_messages(prose, [_call("route", {"query": "multiply"}, turn=1)])
-    # parse errors and other tools need no message: nothing is read for them
-    assert route_hits_from_messages([], [_parse_error(), _call("calculator__multiply", {"a": 1})]) == {}
 
 
 def _trajectory(messages: list[dict[str, Any]], calls: list[ToolCallRecord], **fields: Any) -> Trajectory:
@@ -542,8 +471,9 @@ def test_trajectory_tool_reward_scores_the_recorded_calls_hits_and_answer() -> N
     assert [s.total for s in result.calls] == [9.0, 10.0]
     assert result.total == 10.5
     assert trajectory_tool_reward(t, [MUL], success=False).total == 9.5  # r_term withheld
-    # the same call log with the hits unknown (no observation): route H = 3 -> 5; (5 + 10)/2 + 1 = 8.5
-    assert tool_reward(calls, [MUL], final_answer=t.final_answer, success=True).total == 8.5
+    # the same call log with no hits recorded: route H = 3 -> 5; (5 + 10)/2 + 1 = 8.5
+    unrouted = [msgspec.structs.replace(calls[0], route_hits=None), calls[1]]
+    assert tool_reward(unrouted, [MUL], final_answer=t.final_answer, success=True).total == 8.5
 
 
 def test_trajectory_tool_reward_refuses_a_failed_episode_naming_the_task() -> None:
@@ -640,5 +570,5 @@ async def test_an_expert_that_routes_first_is_scored_on_the_hits_the_episode_rec
     result = trajectory_tool_reward(t, task.reference_calls, success=True)
     # route: calculator__calculate among the hits: H = 5, R_correct = 6*5/3 - 2 = 8, R_tool = 9
     # execute: exact, 12; D = 2: (9 + 12)/2 = 10.5; terminal 1 -> 11.5 (routing lowers the mean here)
-    assert "calculator__calculate" in route_hits_from_messages(t.messages, t.tool_calls)[1]
+    assert "calculator__calculate" in (t.tool_calls[0].route_hits or ())
     assert [s.total for s in result.calls] == [9.0, 12.0] and result.total == 11.5

@@ -1,0 +1,87 @@
+"""What the rollout pipeline and the drivers call on each actor: one protocol per seam.
+
+The plain classes (``EnvPool``, ``McpGateway``, ``Evaluator``, ``SupervisedGenerator``, ``Learner``)
+satisfy these, and so does an ``AsyncProxy`` over their Ray actor (typed through ``as_seam``); tests
+pass the plain classes or fakes that implement the same methods. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar, cast
+
+from policies.engine import Engine
+from policies.types import ToolResult, ToolSpec, TrainSample
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
+from specs.task import TaskSpec
+from specs.trajectory import Score, Trajectory
+
+
+class EnvPoolSeam(Protocol):
+    async def acquire(self, config: EnvConfig, task: TaskSpec) -> EnvInfo: ...
+
+    async def release(self, env: EnvInfo, task: TaskSpec, *, broken: bool = False) -> None: ...
+
+    async def prewarm(self, config: EnvConfig, count: int) -> int: ...
+
+    async def sweep(self) -> int: ...
+
+    async def reap_leftovers(self) -> int: ...
+
+
+class GatewaySeam(Protocol):
+    async def open(
+        self,
+        env: EnvInfo,
+        servers: Sequence[ServerLaunch],
+        allowed_tools: dict[str, tuple[str, ...] | None] | None = None,
+        *,
+        budget_s: float | None = None,
+        route: bool = False,
+        top_k: int | None = None,
+        query: str = "",
+    ) -> list[ToolSpec]: ...
+
+    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult: ...
+
+    async def is_broken(self, env_id: str) -> bool: ...
+
+    async def close(self, env_id: str) -> None: ...
+
+
+class EvaluatorSeam(Protocol):
+    async def evaluate(self, task: TaskSpec, trajectory: Trajectory, env: EnvInfo) -> Score: ...
+
+
+class GeneratorSeam(Engine, Protocol):
+    async def update_weights(self, version: int, path: str) -> None: ...
+
+    async def get_version(self) -> int: ...
+
+    async def sleep(self) -> None: ...
+
+    async def wake_up(self) -> None: ...
+
+
+class LearnerSeam(Protocol):
+    async def train_step(self, samples: list[TrainSample]) -> dict[str, float]: ...
+
+    async def sft_step(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]: ...
+
+    async def get_version(self) -> int: ...
+
+    async def export_weights(self, path: str) -> str: ...
+
+    async def save_checkpoint(self, dir: str) -> None: ...
+
+    async def load_checkpoint(self, dir: str) -> None: ...
+
+
+S = TypeVar("S")
+
+
+def as_seam(proxy: object, seam: type[S]) -> S:
+    """An ``AsyncProxy`` over a Ray actor, typed as the seam its plain class implements."""
+    del seam  # the protocol is the static type; the proxy forwards every method at run time
+    return cast(S, proxy)
+

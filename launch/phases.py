@@ -1,0 +1,61 @@
+"""The phases of a training run around the RL steps: greedy evaluation and the warm start.
+
+Each is one function of the ``Session`` (``launch.session``): it runs episodes through the very
+pipeline the RL steps use, logs a row of the per-phase table, and writes its trajectories.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+
+from actors.placement import publish_weights, training_phase
+from launch.session import Session
+from launch.tasks import TaskStream
+from policies.batch import demonstration_samples
+from policies.metrics import episode_metrics
+from policies.scripted import Respond, ScriptedEngine
+from specs.registry import resolve_import
+from specs.task import TaskSpec
+
+
+async def evaluate(s: Session, tasks: Sequence[TaskSpec], phase: str, step: int) -> dict[str, float]:
+    """Greedy episodes on ``tasks``; the phase's metrics (``lost``: episodes lost to infrastructure,
+    a failure of the run and not of the policy: reported, not hidden)."""
+    with s.reporter.progress(f"eval {phase}", len(tasks)) as advance:
+        groups = await s.pipeline().collect(tasks, 1, s.greedy, s.eval_limits, advance)
+    trajectories = [t for g in groups for t in g.trajectories]
+    s.reporter.write_trajectories(f"eval_{phase}", trajectories, s.tokenizer)
+    lost = sum(t.status != "ok" for t in trajectories)
+    metrics = {**episode_metrics(trajectories), "lost": float(lost)}
+    s.reporter.log(f"eval/{phase}", step, metrics)
+    return metrics
+
+
+async def warm_start(s: Session, tasks: TaskStream) -> None:
+    """Supervised training on the domain's expert (``domain.expert``) episodes that succeeded: the
+    expert runs through the same environments, gateway and token recording as the policy."""
+    cfg = s.cfg
+    expert: Respond = resolve_import(cfg.domain.expert)
+    started = time.perf_counter()
+    with s.reporter.progress("expert demonstrations", cfg.warmstart.demonstrations) as advance:
+        groups = await s.pipeline(lambda task: ScriptedEngine(s.tokenizer, expert, task)).collect(
+            tasks.take(cfg.warmstart.demonstrations), 1, s.greedy, s.limits, advance
+        )
+    episodes = [t for g in groups for t in g.trajectories]
+    s.reporter.write_trajectories("demonstrations", episodes, s.tokenizer)
+    demos = demonstration_samples(episodes)
+    if not demos:
+        raise RuntimeError("warm start: the expert produced no successful demonstration")
+    rng, batch = random.Random(cfg.seed), cfg.warmstart.batch_size
+    async with training_phase(s.actors):
+        for epoch in range(1, cfg.warmstart.epochs + 1):
+            rng.shuffle(demos)
+            loss = float("nan")
+            with s.reporter.progress(f"warm start epoch {epoch}", len(demos)) as advance:
+                for i in range(0, len(demos), batch):
+                    loss = (await s.actors.learner.sft_step(demos[i : i + batch], cfg.warmstart.lr))["loss"]
+                    advance(n=len(demos[i : i + batch]))
+            s.reporter.log("warmstart", epoch, {"loss": loss, "update_s": time.perf_counter() - started})
+    await publish_weights(s.actors)
