@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from actors.errors import EnvError
-from specs.env import EnvConfig, EnvHandle, EnvInfo
 from actors.provisioners.docker import DockerProvisioner, engine_client
+from specs.env import EnvConfig, EnvHandle, EnvInfo
 from tests.backends import docker_engine, host_python_binds, run_id, unavailable
 
 pytestmark = pytest.mark.anyio
@@ -116,3 +116,18 @@ async def test_images_it_cannot_have_are_clear_errors(provisioner: DockerProvisi
             await provisioner.create(EnvConfig(dockerfile_path=str(broken)), run_id())
         with pytest.raises(EnvError, match="is not a file"):
             await provisioner.create(EnvConfig(dockerfile_path=str(tmp_path / "nope")), run_id())
+
+
+async def test_an_exec_it_cannot_kill_from_this_host_still_returns_at_its_deadline(
+    provisioner: DockerProvisioner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine on another host: no host pid to kill; the exec's stream is shut at the deadline."""
+    from actors.provisioners import docker_exec
+
+    monkeypatch.setattr(docker_exec, "kill_exec", lambda url, exec_id, env_id: False)
+    with anyio.fail_after(60):
+        async with container(provisioner, EnvConfig()) as env:
+            with anyio.fail_after(15):  # far below the command's 300 s
+                result = await provisioner.exec(env, ["sh", "-c", "echo started; sleep 300"], timeout_s=1.0)
+            assert result.returncode == 124 and result.stdout == "started\n"
+            assert "deadline" in result.stderr

@@ -21,7 +21,9 @@ import sys
 import threading
 from typing import Any, cast
 
-from actors.provisioners.docker_exec import exit_code, frames, kill_exec, open_exec
+from docker.utils.socket import STDERR, STDOUT, frames_iter
+
+from actors.provisioners.docker_exec import exit_code, kill_exec, open_exec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     threading.Thread(target=_pump_stdin, args=(sock,), daemon=True).start()
-    outputs = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
-    for stream, payload in frames(sock):
+    outputs = {STDOUT: sys.stdout.buffer, STDERR: sys.stderr.buffer}
+    for stream, payload in frames_iter(sock, tty=False):  # the SDK's demultiplexing
         out = outputs.get(stream)
         if out is not None:
             out.write(payload)

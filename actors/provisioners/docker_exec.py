@@ -1,6 +1,7 @@
 """The Docker Engine API below the docker provisioner: one SDK client per engine, attached execs
-(start, read the multiplexed output, exit code, kill through the host pid). Shared by
-``DockerProvisioner`` and its stdio bridge (``docker_attach.py``), which must not import the rest.
+(start, output demultiplexed by the SDK's ``docker.utils.socket``, exit code, kill through the
+host pid). Shared by ``DockerProvisioner`` and its stdio bridge (``docker_attach.py``), which must
+not import the rest.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
+from docker.utils.socket import consume_socket_output, demux_adaptor, frames_iter
 
 from actors.errors import EnvError
-from specs.env import EnvInfo, ExecResult
 from actors.provisioners.local import ENV_MARKER, TIMEOUT_RETURNCODE, kill_all
+from specs.env import EnvInfo, ExecResult
 
 logger = logging.getLogger(__name__)
 
@@ -68,30 +70,6 @@ def open_exec(
     return created["Id"], raw
 
 
-def frames(sock: socket.socket) -> Iterator[tuple[int, bytes]]:
-    """The exec's output as (stream, payload): 1 stdout, 2 stderr (the API's multiplexed format)."""
-    buffered = sock.makefile("rb", buffering=0)
-    while True:
-        header = _read_exactly(buffered, 8)
-        if header is None:
-            return
-        size = int.from_bytes(header[4:8], "big")
-        payload = _read_exactly(buffered, size) if size else b""
-        if payload is None:
-            return
-        yield header[0], payload
-
-
-def _read_exactly(stream: Any, n: int) -> bytes | None:
-    data = bytearray()
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            return None
-        data.extend(chunk)
-    return bytes(data)
-
-
 def exit_code(url: str | None, exec_id: str) -> int:
     """The exec's exit code, once the engine has recorded it (briefly after the stream ends)."""
     api = engine_client(url).api
@@ -125,38 +103,75 @@ def kill_exec(url: str | None, exec_id: str, env_id: str) -> bool:
 
 
 def exec_blocking(env: EnvInfo, argv: list[str], *, stdin: bytes | None, timeout_s: float) -> ExecResult:
-    url, deadline = env_url(env), time.monotonic() + timeout_s
+    """Run ``argv`` as an attached exec; its output demultiplexed by the SDK. At the deadline the
+    exec is killed and its socket shut, which ends the read: the output so far and code 124."""
+    url = env_url(env)
     exec_id, sock = open_exec(
         env.env_id, url, env.data["container"], argv, {}, env.workdir, stdin=stdin is not None
     )
-    out = {1: bytearray(), 2: bytearray()}
-    timed_out = threading.Event()
+    deadline = _Deadline(timeout_s, lambda: _expire(url, exec_id, env.env_id, argv[0], sock))
     try:
         if stdin is not None:
             threading.Thread(target=_feed, args=(sock, stdin), daemon=True).start()
-        sock.settimeout(max(timeout_s, 0.001))
-        try:
-            for stream, payload in frames(sock):
-                out.setdefault(stream, bytearray()).extend(payload)
-                if time.monotonic() > deadline:
-                    raise TimeoutError
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        except TimeoutError:
-            timed_out.set()
+        frames = (demux_adaptor(*frame) for frame in _until_shut(frames_iter(sock, tty=False), deadline))
+        out, err = consume_socket_output(frames, demux=True)
     finally:
-        if timed_out.is_set() and not kill_exec(url, exec_id, env.env_id):
-            logger.warning(
-                "docker env %s: %r passed its deadline and could not be killed from this host; it "
-                "lives until the environment's reset or destroy",
-                env.env_id,
-                argv[0],
-            )
+        passed = deadline.finish()
         sock.close()
-    stdout, stderr = out[1].decode(errors="replace"), out[2].decode(errors="replace")
-    if timed_out.is_set():
+    stdout, stderr = (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
+    if passed:
         note = f"[mcprl] killed {argv[0]!r} in env {env.env_id} after its {timeout_s:g}s deadline\n"
         return ExecResult(returncode=TIMEOUT_RETURNCODE, stdout=stdout, stderr=stderr + note)
     return ExecResult(returncode=exit_code(url, exec_id), stdout=stdout, stderr=stderr)
+
+
+class _Deadline:
+    """Calls ``expire`` once, in a timer thread, at ``timeout_s`` unless ``finish`` came first."""
+
+    def __init__(self, timeout_s: float, expire: Callable[[], None]) -> None:
+        self._expire, self._lock = expire, threading.Lock()
+        self._finished = self.passed = False
+        self._timer = threading.Timer(max(timeout_s, 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self.passed = True
+        self._expire()
+
+    def finish(self) -> bool:
+        """Stop the timer (waiting for an expiry under way); whether the deadline passed."""
+        with self._lock:
+            self._finished = True
+        self._timer.cancel()
+        self._timer.join()
+        return self.passed
+
+
+def _expire(url: str | None, exec_id: str, env_id: str, program: str, sock: socket.socket) -> None:
+    if not kill_exec(url, exec_id, env_id):
+        logger.warning(
+            "docker env %s: %r passed its deadline and could not be killed from this host; it "
+            "lives until the environment's reset or destroy",
+            env_id,
+            program,
+        )
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns: end of stream
+    except OSError:
+        pass  # the stream had ended already
+
+
+def _until_shut(frames: Iterator[tuple[Any, bytes]], deadline: _Deadline) -> Iterator[tuple[Any, bytes]]:
+    """``frames``, ending quietly where the read failed because the deadline shut the socket."""
+    try:
+        yield from frames
+    except OSError:
+        if not deadline.passed:
+            raise
 
 
 def _feed(sock: socket.socket, data: bytes) -> None:
