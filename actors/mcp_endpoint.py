@@ -20,15 +20,21 @@ from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
 if TYPE_CHECKING:
+    import anyio.abc
+    from mcp.server.context import ServerRequestContext
+    from starlette.applications import Starlette
+
     from actors.mcp_gateway import McpGateway
 
 STARTUP_TIMEOUT_S = 30.0
 
 
-def endpoint_app(gateway: McpGateway, env_id: str, port: int, call_timeout_s: float) -> Any:
+def endpoint_app(gateway: McpGateway, env_id: str, port: int, call_timeout_s: float) -> Starlette:
     """The Starlette app of the environment's endpoint (its lifespan runs the MCP session manager)."""
 
-    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         tools = [
             types.Tool(
                 name=spec.name,
@@ -40,7 +46,9 @@ def endpoint_app(gateway: McpGateway, env_id: str, port: int, call_timeout_s: fl
         ]
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         result = await gateway.call(env_id, params.name, dict(params.arguments or {}), call_timeout_s)
         content: list[Any] = [types.TextContent(type="text", text=result.text)]
         content += [
@@ -61,7 +69,12 @@ def endpoint_app(gateway: McpGateway, env_id: str, port: int, call_timeout_s: fl
 
 
 async def serve_endpoint(
-    gateway: McpGateway, env_id: str, port: int, call_timeout_s: float, *, task_status: Any
+    gateway: McpGateway,
+    env_id: str,
+    port: int,
+    call_timeout_s: float,
+    *,
+    task_status: anyio.abc.TaskStatus[str],
 ) -> None:
     """Serve until cancelled (``port`` 0: any free one); reports the URL through ``task_status``
     once it accepts connections. The socket is bound before the URL exists: no port race."""

@@ -6,14 +6,16 @@ group alive for the actor's lifetime and forwards each method.
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Unpack
 
 import anyio
 
 from actors.errors import GatewayError
-from actors.mcp_gateway import McpGateway
-from specs.env import EnvInfo, ServerLaunch
+from actors.mcp_gateway import GatewayOptions, McpGateway
+from actors.mcp_sessions import WireTool
 from policies.types import ToolResult, ToolSpec
+from specs.env import EnvInfo, ServerLaunch
 
 
 class McpGatewayActor:
@@ -24,18 +26,17 @@ class McpGatewayActor:
     group cannot outlive the method call that opened it). Build it with ``remote_mcp_gateway``.
     """
 
-    def __init__(self, **gateway_kwargs: Any) -> None:
+    def __init__(self, **gateway_kwargs: Unpack[GatewayOptions]) -> None:
         self._kwargs = gateway_kwargs
         self._gateway: McpGateway | None = None
         self._started: anyio.Event | None = None
         self._stop: anyio.Event | None = None
-        self._host: Any = None
+        self._host: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
 
     async def _get(self) -> McpGateway:
         if self._host is None:  # no await before the task exists: concurrent first calls share it
-            import asyncio  # Ray actors run on asyncio; only the host task is asyncio-specific
-
+            # Ray actors run on asyncio; only the host task is asyncio-specific
             self._started, self._stop = anyio.Event(), anyio.Event()
             self._host = asyncio.get_running_loop().create_task(self._run_host(self._started, self._stop))
         assert self._started is not None
@@ -63,14 +64,21 @@ class McpGatewayActor:
         env: EnvInfo,
         servers: list[ServerLaunch],
         allowed_tools: dict[str, tuple[str, ...] | None] | None = None,
-        **options: Any,
+        *,
+        budget_s: float | None = None,
+        route: bool = False,
+        top_k: int | None = None,
+        query: str = "",
     ) -> list[ToolSpec]:
-        return await (await self._get()).open(env, servers, allowed_tools, **options)
+        gateway = await self._get()
+        return await gateway.open(
+            env, servers, allowed_tools, budget_s=budget_s, route=route, top_k=top_k, query=query
+        )
 
     async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
         return await (await self._get()).call(env_id, name, arguments, timeout_s)
 
-    async def server_tools(self, env_id: str) -> dict[str, list[dict[str, Any]]]:
+    async def server_tools(self, env_id: str) -> dict[str, list[WireTool]]:
         return await (await self._get()).server_tools(env_id)
 
     async def serve(self, env_id: str, port: int | None = None, call_timeout_s: float = 60.0) -> str:
@@ -84,15 +92,17 @@ class McpGatewayActor:
 
     async def shutdown(self) -> None:
         gateway = self._gateway
-        if gateway is not None and self._stop is not None:
+        if gateway is not None and self._stop is not None and self._host is not None:
             await gateway.close_all()
             self._stop.set()
             with anyio.fail_after(gateway.stop_timeout_s + 5):
                 await self._host
 
 
-def remote_mcp_gateway(ray_options: dict[str, Any] | None = None, **gateway_kwargs: Any) -> Any:
-    """A Ray actor handle running ``McpGateway`` (Ray imported only here)."""
+def remote_mcp_gateway(
+    ray_options: dict[str, Any] | None = None, **gateway_kwargs: Unpack[GatewayOptions]
+) -> Any:
+    """A Ray actor handle running ``McpGateway`` (Ray imported only here; Ray's handles are untyped)."""
     from actors.remote import remote_class
 
     return remote_class(McpGatewayActor, **(ray_options or {})).remote(**gateway_kwargs)

@@ -23,8 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from actors.errors import GatewayError
-from specs.env import ServerLaunch
 from actors.provisioners.local import kill_group
+from specs.env import ServerLaunch
 from specs.servers import PORT_PLACEHOLDER, free_port
 
 

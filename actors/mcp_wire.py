@@ -3,18 +3,18 @@
 Tools and results arrive as pydantic models whose attribute names differ between SDK majors
 (``isError`` / ``is_error``); their JSON (``model_dump(by_alias=True)``) does not, so everything
 here works on that JSON form. Pure functions: a tool listing entry to a ``ToolSpec``, an argument
-check against the tool's input schema (JSON Schema, dialect from ``$schema``), result content to
-text (non-text parts become a placeholder that says what was left out), an output cap, and short
-descriptions of SDK errors.
+check against the tool's input schema (JSON Schema, dialect from ``$schema``), the escaping of
+control strings and the redaction of secrets, and short descriptions of SDK errors. Result content
+and its caps are in ``actors/mcp_results.py``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 import jsonschema
+from jsonschema.protocols import Validator
 
 from policies.types import ToolSpec
 
@@ -31,6 +31,7 @@ INVALID_PARAMS = -32602
 
 
 def tool_spec(server: str, tool: dict[str, Any]) -> ToolSpec:
+    """A ``tools/list`` entry (wire form) of ``server`` as the model sees it, namespaced."""
     annotations = tool.get("annotations") or {}
     return ToolSpec(
         name=f"{server}__{tool['name']}",
@@ -43,7 +44,7 @@ def tool_spec(server: str, tool: dict[str, Any]) -> ToolSpec:
     )
 
 
-def argument_validator(spec: ToolSpec) -> Any:
+def argument_validator(spec: ToolSpec) -> Validator | None:
     """A JSON-schema validator for the tool's arguments; ``None`` if the server's schema is invalid."""
     try:
         cls = jsonschema.validators.validator_for(spec.parameters)
@@ -56,7 +57,7 @@ def argument_validator(spec: ToolSpec) -> Any:
         return None
 
 
-def argument_problem(validator: Any, arguments: dict[str, Any]) -> str | None:
+def argument_problem(validator: Validator | None, arguments: dict[str, Any]) -> str | None:
     if validator is None:
         return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
@@ -64,42 +65,6 @@ def argument_problem(validator: Any, arguments: dict[str, Any]) -> str | None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{error.message}" + (f" (at {where})" if where else "")
-
-
-def content_text(
-    wire: dict[str, Any], *, keep_images: bool = False
-) -> tuple[str, tuple[dict[str, str], ...]]:
-    """Text parts joined by newlines, other content as a placeholder that says what was left out;
-    and the images, when ``keep_images`` (their placeholder then says where they went)."""
-    parts: list[str] = []
-    images: list[dict[str, str]] = []
-    for item in wire.get("content") or []:
-        kind = item.get("type")
-        if kind == "text":
-            parts.append(item.get("text", ""))
-        elif kind == "image" and keep_images:
-            images.append(
-                {"mimeType": item.get("mimeType", "application/octet-stream"), "data": item.get("data", "")}
-            )
-            parts.append(f"[image {len(images)}: {images[-1]['mimeType']}, attached]")
-        elif kind in ("image", "audio"):
-            size = len(item.get("data", "")) * 3 // 4
-            parts.append(
-                f"[{kind} content, {item.get('mimeType', 'unknown type')}, ~{size} bytes, not shown]"
-            )
-        elif kind == "resource_link":
-            parts.append(f"[resource link: {item.get('uri', '?')}]")
-        elif kind == "resource":
-            resource = item.get("resource") or {}
-            text = resource.get("text")
-            parts.append(
-                text if text is not None else f"[binary resource {resource.get('uri', '?')}, not shown]"
-            )
-        else:
-            parts.append(f"[{kind} content, not shown]")
-    if not parts and wire.get("structuredContent") is not None:
-        parts.append(json.dumps(wire["structuredContent"], ensure_ascii=False))
-    return "\n".join(parts), tuple(images)
 
 
 DEFAULT_CONTROL_TOKENS = (
@@ -145,12 +110,6 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
         if secret and secret in text:
             text = text.replace(secret, "[redacted]")
     return text
-
-
-def cap_text(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[... {len(text) - limit} more characters cut: output limit {limit}]"
 
 
 def error_code(e: BaseException) -> int | None:

@@ -10,7 +10,8 @@ This module is the pure part of both (no MCP, no Ray):
 - ``ROUTE_TOOL`` is the built-in ``route`` tool; the gateway lists it next to (or instead of) the
   server tools and answers a call to it with ``route_observation(router, arguments)`` itself, with
   no MCP server involved: ``name(args?): description`` lines. It never raises: bad arguments come
-  back as a message for the model.
+  back as a message for the model. ``route_answer`` gives the same answer as data: the hit names,
+  best first (``ToolResult.route_hits``), each with its line of the observation.
 - ``visible_tools(router, query, k)`` is the "top-k tools" option: the tools to list in the system
   prompt for a query. The gateway computes it once per episode, for the task instruction (a
   re-retrieval every turn would rewrite the prompt mid-episode).
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import bm25s
+import msgspec
 import numpy as np
 
 from policies.types import ToolSpec
@@ -94,7 +95,7 @@ class ToolRouter:
 
     def __init__(self, tools: Sequence[ToolSpec]) -> None:
         self.tools: list[ToolSpec] = list(tools)
-        self._bm25: Any = None
+        self._bm25: bm25s.BM25 | None = None
         if self.tools:
             self._bm25 = bm25s.BM25()
             self._bm25.index([tokenize(tool_text(t)) for t in self.tools], show_progress=False)
@@ -120,27 +121,59 @@ def one_line(text: str, limit: int = DESCRIPTION_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def route_observation(router: ToolRouter, arguments: Any) -> str:
-    """What the model reads after calling ``route``: matching tools, one per line, or why not."""
+class RouteAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """What a ``route`` call answers: the hits, best first, each with its line; or a message."""
+
+    hits: tuple[str, ...] = ()
+    """Namespaced names of the tools found, best first."""
+    lines: tuple[str, ...] = ()
+    """One ``<tool name>(<arguments>): <description>`` line per hit, in the order of ``hits``."""
+    message: str | None = None
+    """Why nothing was found (bad arguments, no match, no tools); ``None`` when there are hits."""
+
+    @property
+    def text(self) -> str:
+        """The observation: the hit lines, or the message."""
+        return self.message if self.message is not None else "\n".join(self.lines)
+
+
+def route_answer(router: ToolRouter, arguments: object) -> RouteAnswer:
+    """The answer to a ``route`` call; never raises (bad arguments are a message for the model)."""
     if not isinstance(arguments, Mapping):
-        return 'route: arguments must be a JSON object like {"query": "...", "k": 5}.'
+        return RouteAnswer(message='route: arguments must be a JSON object like {"query": "...", "k": 5}.')
     unknown = sorted(set(arguments) - {"query", "k"})
     if unknown:
-        return f"route: unknown argument(s) {', '.join(map(repr, unknown))}; it takes 'query' and 'k'."
+        return RouteAnswer(
+            message=f"route: unknown argument(s) {', '.join(map(repr, unknown))}; it takes 'query' and 'k'."
+        )
     query, k = arguments.get("query"), arguments.get("k", 5)
     if query is None:
-        return "route: missing required argument 'query' (what you want to do, in a few words)."
+        return RouteAnswer(
+            message="route: missing required argument 'query' (what you want to do, in a few words)."
+        )
     if not isinstance(query, str) or not query.strip():
-        return "route: 'query' must be a non-empty string describing what you want to do."
+        return RouteAnswer(
+            message="route: 'query' must be a non-empty string describing what you want to do."
+        )
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= ROUTE_K_MAX:
-        return f"route: 'k' must be an integer from 1 to {ROUTE_K_MAX}, got {k!r}."
+        return RouteAnswer(message=f"route: 'k' must be an integer from 1 to {ROUTE_K_MAX}, got {k!r}.")
     if not router.tools:
-        return "route: no tools are available in this environment."
+        return RouteAnswer(message="route: no tools are available in this environment.")
     hits = router.search(query, k)
     if not hits:
         servers = ", ".join(sorted({t.server for t in router.tools}))
-        return f"route: no tools match {query!r}. Try other words; servers available: {servers}."
-    return "\n".join(f"{tool.name}({signature(tool)}): {one_line(tool.description)}" for tool, _ in hits)
+        return RouteAnswer(
+            message=f"route: no tools match {query!r}. Try other words; servers available: {servers}."
+        )
+    return RouteAnswer(
+        hits=tuple(tool.name for tool, _ in hits),
+        lines=tuple(f"{tool.name}({signature(tool)}): {one_line(tool.description)}" for tool, _ in hits),
+    )
+
+
+def route_observation(router: ToolRouter, arguments: object) -> str:
+    """What the model reads after calling ``route``: matching tools, one per line, or why not."""
+    return route_answer(router, arguments).text
 
 
 def signature(tool: ToolSpec) -> str:

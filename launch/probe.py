@@ -12,7 +12,9 @@ sandbox; ``docker``, a container on the Docker-API engine at ``--docker-url``, d
 trains on it. Its tools are printed as one JSON object on stdout:
 ``{"server", "backend", "env_id", "tools": [{name, tool, description, input_schema, annotations}],
 "call"?}``. With ``--call`` (the bare or the namespaced tool name) it calls that tool once and adds
-the structured ``ToolResult``. The environment is destroyed on exit.
+the structured ``ToolResult``, bounded as in training by the gateway's default caps (text,
+structured content, images: ``actors/mcp_results.py``); what was cut is marked in the text and
+listed in its ``cuts``. The environment is destroyed on exit.
 
 Exit status: 0 done; 1 the environment could not be created or the server did not start (why, with
 its stderr, on stderr); 2 a bad command line or registry; 3 the call returned an error result.
