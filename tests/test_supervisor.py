@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
-from typing import Any
 
 import anyio
 import pytest
@@ -38,7 +38,7 @@ class DyingGenerator:
             self.alive, self.version = True, 0  # the restarted process loaded the base weights
         raise RayActorError()
 
-    async def generate(self, prompt_ids: list[int], sampling: Any) -> Generation:
+    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
         self._check()
         if prompt_ids == [0]:  # a long turn, in flight when the process dies
             await self.hold.wait()
@@ -100,7 +100,7 @@ async def test_before_any_update_a_restart_serves_the_base_weights() -> None:
 
 async def test_other_errors_pass_through_and_a_generator_that_stays_dead_is_reported() -> None:
     class Broken(DyingGenerator):
-        async def generate(self, prompt_ids: list[int], sampling: Any) -> Generation:
+        async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
             raise ValueError("prompt too long")
 
     with pytest.raises(ValueError, match="prompt too long"):
@@ -113,14 +113,18 @@ async def test_other_errors_pass_through_and_a_generator_that_stays_dead_is_repo
 
 
 class EchoGenerator:
-    """A real Ray actor with the generator's methods, for Ray's own restart semantics."""
+    """A real Ray actor with the generator's methods, for Ray's own restart semantics. The turn for
+    prompt ``[0]`` never ends (it is in flight until the process dies); ``wait_in_flight`` returns
+    once it has started. Ray runs an async actor's methods on one asyncio loop, concurrently."""
 
     def __init__(self) -> None:
         self.version = 0
+        self.in_flight = asyncio.Event()
 
-    async def generate(self, prompt_ids: list[int], sampling: Any) -> Generation:
+    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
         if prompt_ids == [0]:
-            await anyio.sleep(60)
+            self.in_flight.set()
+            await asyncio.Event().wait()
         return Generation(token_ids=[7], logprobs=[0.0], version=self.version, finish_reason="stop")
 
     async def get_version(self) -> int:
@@ -128,6 +132,9 @@ class EchoGenerator:
 
     async def update_weights(self, version: int, path: str) -> None:
         self.version = version
+
+    async def wait_in_flight(self) -> None:
+        await self.in_flight.wait()
 
     async def pid(self) -> int:
         return os.getpid()
@@ -158,7 +165,7 @@ async def test_a_killed_ray_generator_actor_is_restarted_by_ray_and_resynced() -
                         await supervised.generate([0], SAMPLING)
 
                 tg.start_soon(in_flight)
-                await anyio.sleep(1.0)
+                await proxy.wait_in_flight()  # the turn has reached the actor
                 ray.kill(handle, no_restart=False)  # the process dies; Ray starts another
             assert await proxy.pid() != first
             assert (await supervised.generate([1], SAMPLING)).version == 3
