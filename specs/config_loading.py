@@ -8,8 +8,9 @@ so ``lr: 1e-5`` becomes ``1e-05`` for a float field, ``steps: 1e3`` ``1000`` for
 string field keeps its text (``run_name: 1e5`` is ``"1e5"``). Ints are accepted by float fields and
 integral floats by int fields; a bool field takes ``true``/``false`` (also ``1``/``0``).
 
-On the command line a field that takes text gets the text typed when YAML would read something else
-(``run_name=2024`` is ``"2024"``); ``null`` still clears an optional text field. An override may reach
+On the command line a field that takes text (a string or a choice of strings) gets the text typed
+when YAML would read something else (``run_name=2024`` is ``"2024"``, ``placement=yes`` is ``"yes"``,
+refused as no choice); ``null`` still clears an optional text field. An override may reach
 into an optional section (``rollout.observation_rule.keep_last_costly=2``). Unknown keys are refused
 with the valid keys at that level; a wrong value with the file, the field, the expected type and the
 value given. This module imports no ML library.
@@ -98,7 +99,11 @@ def _override_value(raw: str, tp: Any, where: str) -> Any:
     except yaml.YAMLError as e:
         raise SpecError(COMMAND_LINE, where, f"value is not valid YAML: {e}") from None
     members = _members(tp)
-    if str in members and not isinstance(value, str) and not (value is None and type(None) in members):
+    takes_text = any(
+        m is str or (typing.get_origin(m) is Literal and any(isinstance(c, str) for c in typing.get_args(m)))
+        for m in members
+    )
+    if takes_text and not isinstance(value, str) and not (value is None and type(None) in members):
         return raw.strip()
     return value
 

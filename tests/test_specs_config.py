@@ -285,3 +285,12 @@ def test_parsing_a_training_command_line_imports_no_ml_library() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_choice_field_reads_the_word_typed_and_lists_the_choices() -> None:
+    with pytest.raises(SpecError) as info:
+        load_run_config(None, ["placement=yes"])  # YAML 1.1 reads `yes` as true
+    assert info.value.message == "Invalid enum value 'yes'; expected one of: colocated, async"
+    assert load_run_config(None, ["algorithm.loss_agg=null"]).algorithm.loss_agg is None
+    with pytest.raises(SpecError, match="expected one of: token-mean, seq-mean-token-mean"):
+        load_run_config(None, ["algorithm.loss_agg=on"])
