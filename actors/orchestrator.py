@@ -34,7 +34,8 @@ from typing import Any
 import anyio
 import msgspec
 
-from actors.rollout import Group, RolloutPipeline
+from actors.groups import Group
+from actors.rollout import RolloutPipeline
 
 logger = logging.getLogger(__name__)
 

@@ -47,28 +47,13 @@ import msgspec
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from launch.eval_report import format_table, rows_json, summary_line, write_json  # noqa: E402
 from policies.metrics import OVERALL, metrics_with_stderr  # noqa: E402  (no ML imports)
 from specs.config import RunConfig, load_run_config  # noqa: E402
 from specs.errors import SpecError  # noqa: E402
 from specs.observation_rule import ObservationRule  # noqa: E402
 
 GROUPINGS = ("domain", "category", "none")
-
-COLUMNS: tuple[tuple[str, str, str], ...] = (
-    # (metric key, header, format of the mean and of the standard error)
-    ("success", "success", "{:.2f}"),
-    ("tool_calls", "chain", "{:.2f}"),
-    ("reasoning_tokens", "cot tok", "{:.1f}"),
-    ("task_adoption", "task adopt", "{:.2f}"),
-    ("tool_step_share", "tool steps", "{:.2f}"),
-    ("false_success", "false succ", "{:.2f}"),
-    ("hallucinated_tools", "halluc", "{:.2f}"),
-    ("input_tokens", "input tok", "{:.0f}"),
-)
-"""The table's metric columns, after ``n`` (episodes) and ``tasks``; the JSON has every metric."""
-
-Rows = Mapping[str, Mapping[str, tuple[float, float]]]
-
 
 # -- arguments ---------------------------------------------------------------------------------------
 
@@ -253,49 +238,7 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     )
 
 
-# -- formatting --------------------------------------------------------------------------------------
-
-
-def format_table(rows: Rows) -> str:
-    """One line per row (``all`` first), cells ``mean±SE``; ``-`` where a row has no such metric."""
-
-    def cell(row: Mapping[str, tuple[float, float]], key: str, fmt: str) -> str:
-        if key not in row:
-            return "-"
-        mean, se = row[key]
-        return f"{fmt.format(mean)}±{fmt.format(se)}"
-
-    def count(row: Mapping[str, tuple[float, float]], key: str) -> str:
-        return f"{row[key][0]:.0f}" if key in row else "-"
-
-    header = ["domain", "n", "tasks", *(h for _, h, _ in COLUMNS)]
-    body = [
-        [name, count(row, "episodes"), count(row, "tasks"), *(cell(row, k, f) for k, _, f in COLUMNS)]
-        for name, row in rows.items()
-    ]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(
-            f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(line, widths, strict=True))
-        )
-        for line in [header, *body]
-    )
-
-
-def rows_json(rows: Rows) -> dict[str, dict[str, dict[str, float]]]:
-    """``{row: {metric: {"mean": m, "stderr": s}}}``."""
-    return {name: {k: {"mean": m, "stderr": s} for k, (m, s) in row.items()} for name, row in rows.items()}
-
-
-def summary_line(runs: Mapping[str, Rows]) -> str:
-    """``eval: greedy_success=0.50±0.29 ...``: the overall success and task adoption of each run."""
-    parts = [
-        f"{run}_{key}={row[key][0]:.2f}±{row[key][1]:.2f}"
-        for run, rows in runs.items()
-        for key in ("success", "task_adoption")
-        if key in (row := rows[OVERALL])
-    ]
-    return "eval: " + " ".join(parts)
+# -- the document ------------------------------------------------------------------------------------
 
 
 def report(plan: EvalPlan, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -311,13 +254,6 @@ def report(plan: EvalPlan, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, A
         "observation_rule": None if rule is None else msgspec.to_builtins(rule),
         "runs": {name: {**run, "rows": rows_json(run["rows"])} for name, run in runs.items()},
     }
-
-
-def write_json(path: str, document: Mapping[str, Any]) -> None:
-    """Write ``document`` as indented JSON at ``path``, creating its directory."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(msgspec.json.format(msgspec.json.encode(document)) + b"\n")
 
 
 # -- running -----------------------------------------------------------------------------------------

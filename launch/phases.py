@@ -33,11 +33,12 @@ async def evaluate(s: Session, tasks: Sequence[TaskSpec], phase: str, step: int)
     return metrics
 
 
-async def warm_start(s: Session, tasks: TaskStream) -> None:
-    """Supervised training on the domain's expert (``domain.expert``) episodes that succeeded: the
-    expert runs through the same environments, gateway and token recording as the policy."""
+async def warm_start(s: Session, tasks: TaskStream, expert_ref: str) -> None:
+    """Supervised training on the episodes of the domain's expert (``domain.expert``, an import
+    string) that succeeded: the expert runs through the same environments, gateway and token
+    recording as the policy."""
     cfg = s.cfg
-    expert: Respond = resolve_import(cfg.domain.expert)
+    expert: Respond = resolve_import(expert_ref)
     started = time.perf_counter()
     with s.reporter.progress("expert demonstrations", cfg.warmstart.demonstrations) as advance:
         groups = await s.pipeline(lambda task: ScriptedEngine(s.tokenizer, expert, task)).collect(

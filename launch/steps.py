@@ -14,9 +14,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from actors.groups import Group
 from actors.orchestrator import StepOrchestrator, StepRollout
 from actors.placement import publish_weights, training_phase
-from actors.rollout import Group
 from launch.checkpoints import Progress, prune, step_dir, write_progress
 from launch.phases import evaluate
 from launch.session import Session

@@ -52,7 +52,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
         if resume is None:
             results["base"] = await evaluate(s, eval_tasks, "base", 0)
             if cfg.warmstart.enabled and cfg.domain.expert:
-                await warm_start(s, stream)
+                await warm_start(s, stream, cfg.domain.expert)
                 results["warmstart"] = await evaluate(s, eval_tasks, "warmstart", 0)
         else:  # the learner, the policy served, the task stream and curation
             progress = read_progress(resume)

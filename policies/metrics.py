@@ -45,26 +45,14 @@ Task level (paper 002, Table 3, "Adoption, task-level", 55/309):
 
 Plus the counts ``episodes = n`` and ``tasks = J``.
 
-Standard errors (``metrics_with_stderr``). The ``K`` episodes sampled for one task are correlated,
-so the unit of sampling is the task: every mean above is a ratio ``R = Σ_x y_x / Σ_x n_x`` of task
-sums (``y_x = Σ_{τ ∈ x} v(τ)``, ``n_x`` its episodes; for ``tool_step_share``, its tool-calling
-turns over its turns) whose standard error is the delta-method (linearisation) one of a ratio
-estimator (Cochran, *Sampling Techniques*, 3rd ed., ch. 6, without finite-population correction):
-
-    SE(R) = sqrt( Σ_x (y_x − R n_x)² / (J (J − 1)) ) / n̄,     n̄ = Σ_x n_x / J,
-
-which with one episode per task (greedy evaluation) is the plain ``s / sqrt(n)`` of
-``mean_and_stderr`` (``s`` the sample standard deviation, Bessel-corrected). ``task_adoption`` is a
-plain mean over tasks. Fewer than two tasks: standard error 0. Paper 002 (§3) calls a difference
-significant when ``|Δ| > 2 SE``; its SE is across 5 repeated runs, ours across tasks (the
-quantity that also covers which tasks were drawn).
+Standard errors (``metrics_with_stderr``): clustered by task, ``policies.stats``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from policies.stats import mean_and_stderr, ratio_and_stderr
 from specs.trajectory import Score, ToolCallRecord, Trajectory
 
 BUILTIN_SERVER = "mcprl"
@@ -136,39 +124,6 @@ FAMILIES: dict[str, Callable[[Score], float | None]] = {
 def _score(t: Trajectory) -> Score:
     assert t.score is not None, "metrics read scored trajectories only (_scored)"
     return t.score
-
-
-def mean_and_stderr(values: Iterable[float]) -> tuple[float, float]:
-    """``(x̄, s / sqrt(n))`` with ``s`` the sample standard deviation (``n − 1``); ``n < 2``: SE 0."""
-    xs = [float(v) for v in values]
-    n = len(xs)
-    if n == 0:
-        raise ValueError("mean_and_stderr: got no values; expected at least one")
-    mean = sum(xs) / n
-    if n < 2:
-        return mean, 0.0
-    variance = sum((x - mean) ** 2 for x in xs) / (n - 1)
-    return mean, math.sqrt(variance / n)
-
-
-def ratio_and_stderr(numerators: Sequence[float], denominators: Sequence[float]) -> tuple[float, float]:
-    """``(R, SE(R))`` of ``R = Σ y / Σ n`` over ``J`` clusters (module docstring); ``Σ n = 0``: ``(0, 0)``."""
-    if len(numerators) != len(denominators):
-        raise ValueError(
-            f"ratio_and_stderr: {len(numerators)} numerators but {len(denominators)} denominators; "
-            "expected one of each per cluster"
-        )
-    j = len(numerators)
-    if j == 0:
-        raise ValueError("ratio_and_stderr: got no clusters; expected at least one")
-    total = float(sum(denominators))
-    if total == 0:
-        return 0.0, 0.0
-    ratio = float(sum(numerators)) / total
-    if j < 2:
-        return ratio, 0.0
-    spread = sum((y - ratio * d) ** 2 for y, d in zip(numerators, denominators, strict=True))
-    return ratio, math.sqrt(spread / (j * (j - 1))) / (total / j)
 
 
 def _scored(trajectories: Iterable[Trajectory]) -> list[Trajectory]:

@@ -12,20 +12,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from launch.eval import (
-    format_table,
-    main,
-    model_tag,
-    parse_args,
-    plan_eval,
-    report,
-    resolve_model_dir,
-    rows_json,
-    summary_line,
-    task_domains,
-)
-from specs.observation_rule import ObservationRule
+from launch.eval import main, model_tag, parse_args, plan_eval, report, resolve_model_dir, task_domains
+from launch.eval_report import format_table, rows_json, summary_line
 from specs.errors import SpecError
+from specs.observation_rule import ObservationRule
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,11 +10,10 @@ import pytest
 from policies.metrics import (
     PER_EPISODE,
     episode_metrics,
-    mean_and_stderr,
     metrics_with_stderr,
-    ratio_and_stderr,
     turn_input_tokens,
 )
+from policies.stats import mean_and_stderr, ratio_and_stderr
 from specs.trajectory import Score, ToolCallRecord, Trajectory, Verdict
 
 

@@ -13,18 +13,19 @@ from transformers import AutoTokenizer
 
 from actors.env_pool import EnvPool
 from actors.evaluator import Evaluator
+from actors.groups import Group, StageMetrics
 from actors.mcp_gateway import McpGateway
 from actors.orchestrator import StepOrchestrator, StepRollout
-from actors.rollout import Group, RolloutPipeline, StageMetrics, env_config_resolver
+from actors.rollout import RolloutPipeline, env_config_resolver
 from launch.tasks import TaskStream
 from policies.react import EpisodeLimits
 from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
-from specs.trajectory import Trajectory
 from specs.domains.calculator.expert import respond
 from specs.servers import load_server_registry
 from specs.task import load_tasks
+from specs.trajectory import Trajectory
 from tests.backends import gone, make_backend, run_id
 
 pytestmark = pytest.mark.anyio

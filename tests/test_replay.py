@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from transformers import AutoTokenizer
 
-from actors.rollout import Group
+from actors.groups import Group
 from launch.steps import drop_unreplayable
 from policies.observations import apply_rule
 from policies.react import EpisodeLimits, build_messages, run_episode

@@ -75,9 +75,10 @@ import msgspec
 
 from actors.env_pool import EnvPool
 from actors.evaluator import Evaluator
+from actors.groups import Group, StageMetrics
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.local import LocalProvisioner
-from actors.rollout import Group, RolloutPipeline, StageMetrics, env_config_resolver
+from actors.rollout import RolloutPipeline, env_config_resolver
 from launch.bench.faults import CpuSampler, FaultyGateway, leftovers
 from launch.bench.sim_generator import Episode, EpisodeEngine, LatencyToolScript, SimulatedGenerator
 from policies.react import EpisodeLimits

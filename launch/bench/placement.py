@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 import msgspec
@@ -68,7 +69,7 @@ class PlacementResult(msgspec.Struct, frozen=True, kw_only=True):
     async_vs_ceiling: float
 
 
-def stage_times(records: Sequence[dict[str, float]], skip: int) -> StageTimes:
+def stage_times(records: Sequence[dict[str, Any]], skip: int) -> StageTimes:
     """Mean step, rollout and update+sync seconds over the train records with step > ``skip``."""
     kept = [r for r in records if r.get("phase") == "train" and r["step"] > skip]
     if not kept:
