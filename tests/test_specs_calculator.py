@@ -9,7 +9,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from specs.env import ServerLaunch
 from rewards.ops import evaluate_op
 from specs.domains.calculator.generate import (
     CONTAINERS,
@@ -21,6 +20,7 @@ from specs.domains.calculator.generate import (
     generate,
     render,
 )
+from specs.env import ServerLaunch
 from specs.servers import load_server_registry
 from specs.task import load_tasks
 

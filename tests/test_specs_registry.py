@@ -8,9 +8,9 @@ from typing import Any
 import anyio
 import pytest
 
-from specs.env import EnvConfig, EnvHandle
 from actors.provisioners.local import LocalProvisioner
 from rewards.ops import EvalOutcome
+from specs.env import EnvConfig, EnvHandle
 from specs.errors import SpecError
 from specs.registry import available, evaluator, prepare, registered_names, resolve, resolve_import
 from specs.task import TaskSpec

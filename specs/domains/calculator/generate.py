@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specs.task import parse_tasks
+
 Problem = tuple[str, str]  # (instruction, expression)
 Template = Callable[[random.Random], Problem]
 
@@ -300,8 +302,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     train, evals = generate(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "train.json").write_text(render(train), encoding="utf-8")
-    (args.out / "eval.json").write_text(render(evals), encoding="utf-8")
+    for name, tasks in (("train.json", train), ("eval.json", evals)):
+        parse_tasks(tasks, str(args.out / name))  # refuse to write a task the loader would refuse
+        (args.out / name).write_text(render(tasks), encoding="utf-8")
     print(f"wrote {len(train)} train and {len(evals)} eval tasks to {args.out}")
 
 
