@@ -21,9 +21,9 @@ import pytest
 
 from actors.errors import GatewayError, InfraError
 from actors.mcp_gateway import McpGateway
-from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
 from policies.types import ToolSpec
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from specs.servers import load_server_registry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,6 +133,42 @@ async def test_a_tool_that_raises_is_a_tool_error_and_the_server_stays_usable(tm
 
 
 @pytest.mark.anyio
+async def test_every_result_names_its_server_tool_and_read_only_hint_whatever_the_outcome(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with opened(tmp_path, EDGE) as (gateway, env, _):
+            results = {
+                "ok": await gateway.call(env.env_id, "edge__echo", {"text": "hi"}, 10),
+                "bad_arguments": await gateway.call(env.env_id, "edge__echo", {}, 10),
+                "tool_error": await gateway.call(env.env_id, "edge__boom", {"message": "kaput"}, 10),
+                "timeout": await gateway.call(env.env_id, "edge__stall", {}, 0.5),
+                "server_died": await gateway.call(env.env_id, "edge__crash", {}, 10),
+                "server_died later": await gateway.call(env.env_id, "edge__echo", {"text": "hi"}, 10),
+            }
+            unknown = await gateway.call(env.env_id, "edge__nope", {}, 10)
+            route_off = await gateway.call(env.env_id, "route", {"query": "echo"}, 10)
+    facts = {outcome: (r.error_kind, r.server, r.tool, r.read_only) for outcome, r in results.items()}
+    assert facts == {
+        "ok": (None, "edge", "echo", True),
+        "bad_arguments": ("bad_arguments", "edge", "echo", True),
+        "tool_error": ("tool_error", "edge", "boom", None),
+        "timeout": ("timeout", "edge", "stall", None),
+        "server_died": ("server_died", "edge", "crash", None),
+        "server_died later": ("server_died", "edge", "echo", True),
+    }
+    assert all(r.route_hits is None and r.cuts == () for r in results.values())
+    for nowhere in (unknown, route_off):  # no pinned tool of that name: it reached no server
+        assert nowhere.error_kind == "unknown_tool"
+        assert (nowhere.server, nowhere.tool, nowhere.read_only, nowhere.route_hits) == (
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+@pytest.mark.anyio
 async def test_allowed_tools_restrict_what_the_model_sees_and_can_call(tmp_path: Path) -> None:
     with anyio.fail_after(60):
         async with opened(tmp_path, EDGE, allowed={"edge": ("echo", "pid")}) as (gateway, env, tools):
@@ -189,6 +225,7 @@ async def test_an_episode_budget_cuts_deadlines_and_then_refuses_calls(tmp_path:
                 assert result.error_kind == "timeout" and "0.8s deadline" in result.text
                 spent = await gateway.call(env.env_id, "edge__echo", {"text": "x"}, 30)
                 assert spent.error_kind == "budget_exhausted" and "budget" in spent.text
+                assert (spent.server, spent.tool, spent.read_only) == ("edge", "echo", True)
     finally:
         await provisioner.destroy(env)
 
@@ -258,6 +295,7 @@ async def test_non_text_content_is_a_placeholder_and_long_output_is_capped(tmp_p
         "a transparent pixel"
     )
     assert big.text.startswith("x" * 1000) and "4000 more characters cut" in big.text and len(big.text) < 1100
+    assert [(c.part, c.original_bytes, c.kept_bytes) for c in big.cuts] == [("text", 5000, 1000)]
 
 
 @pytest.mark.anyio
@@ -308,6 +346,23 @@ def test_probe_exits_nonzero_with_the_reason_when_the_server_cannot_start(tmp_pa
     done = run_probe("--servers", str(registry), "--server", "edge")
     assert done.returncode == 1 and done.stdout == ""
     assert "failed to start" in done.stderr and "refusing to start" in done.stderr
+
+
+def test_probe_prints_an_8_mb_result_in_under_1_mb_with_the_cut_marked(tmp_path: Path) -> None:
+    registry = tmp_path / "servers.json"
+    registry.write_text(json.dumps({"edge": {"stdio": {"command": sys.executable, "args": list(EDGE.args)}}}))
+    done = run_probe(
+        "--servers", str(registry), "--server", "edge", "--call", "big", "--args", '{"n": 8000000}'
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.encode()) < 1_000_000
+    result = json.loads(done.stdout)["call"]["result"]
+    assert "7980000 more characters cut: output limit 20000" in result["text"]
+    assert result["structured"] is None and result["output_bytes"] > 8_000_000
+    assert [(c["part"], c["original_bytes"]) for c in result["cuts"]] == [
+        ("text", 8_000_000),
+        ("structured", 8_000_013),
+    ]
 
 
 @pytest.mark.slow

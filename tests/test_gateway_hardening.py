@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -24,14 +25,15 @@ from transformers import AutoTokenizer
 
 from actors.errors import GatewayError, InfraError
 from actors.mcp_gateway import McpGateway
-from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
 from policies.chat import format_tool_result
 from policies.react import EpisodeLimits, build_messages, run_episode
 from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig, ToolResult
-from specs.servers import free_port, load_server_registry
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
+from specs.servers import load_server_registry
+from specs.trajectory import CutRecord
 from tests.backends import EDGE_SERVER, edge_server, marked
 
 pytestmark = pytest.mark.anyio
@@ -162,34 +164,37 @@ async def test_secrets_from_templates_never_reach_observations_logs_or_trajector
 @pytest.fixture
 def http_edge() -> Iterator[tuple[int, str]]:
     """The edge server over streamable HTTP on a loopback port, requiring a bearer token."""
-    port, token = free_port(), "tok-31415"
+    token = "tok-31415"
     process = subprocess.Popen(
-        [sys.executable, str(EDGE_SERVER), "--http", str(port)],
+        [sys.executable, str(EDGE_SERVER), "--http", "0"],
         env={"EDGE_TOKEN": token, "PATH": "/usr/bin:/bin"},
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
-        anyio.run(_until_listening, port)
-        yield port, token
+        yield _listening_port(process), token
     finally:
         process.kill()
         process.wait(timeout=10)
 
 
+def _listening_port(process: subprocess.Popen[str], within_s: float = 30.0) -> int:
+    """The port the server prints once its socket listens: a bounded wait for that line."""
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], within_s)
+    line = process.stdout.readline() if readable else ""
+    if not line.strip().isdigit():
+        raise AssertionError(
+            f"the HTTP edge server printed {line!r} instead of its port within {within_s}s "
+            f"(exit status {process.poll()})"
+        )
+    return int(line)
+
+
 def http_entry(port: int) -> dict[str, Any]:
     """A server-list entry for the HTTP edge server, its token from a template."""
     return {"http_url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer {{EDGE_TOKEN}}"}}
-
-
-async def _until_listening(port: int) -> None:
-    with anyio.fail_after(30):
-        while True:
-            try:
-                await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
-                return
-            except OSError:
-                await anyio.sleep(0.05)
 
 
 async def test_a_remote_server_over_streamable_http_with_templated_headers(
@@ -233,7 +238,12 @@ async def test_the_route_tool_and_top_k_tools_per_episode(tmp_path: Path) -> Non
         assert tools[0].name == "route" and len(tools) > 10
         found = await gateway.call(env.env_id, "route", {"query": "count the words of a text", "k": 3}, 10)
         assert found.text.splitlines()[0].startswith("edge__measure(text)")
-        assert not found.is_error and (found.server, found.read_only) == ("mcprl", True)  # the gateway's own
+        assert not found.is_error and (found.server, found.tool, found.read_only) == ("mcprl", "route", True)
+        assert found.route_hits == tuple(line.split("(", 1)[0] for line in found.text.splitlines())
+        assert len(found.route_hits) == 3 and found.cuts == ()
+        blank = await gateway.call(env.env_id, "route", {"query": "zyzzyva"}, 10)
+        assert blank.route_hits == () and "no tools match" in blank.text
+        assert (await gateway.call(env.env_id, "edge__echo", {"text": "x"}, 10)).route_hits is None
     query = "return the text unchanged"
     async with opened(tmp_path, edge_server(), top_k=2, query=query) as (gateway, env, tools):
         shown = [t.name for t in tools]
@@ -286,3 +296,58 @@ def test_probe_shows_an_http_servers_tools_and_annotations(
     annotations = {t["tool"]: t["annotations"] for t in report["tools"]}
     assert annotations["echo"] == {"readOnlyHint": True} and report["call"]["result"]["text"] == "probed"
     assert token not in done.stdout + done.stderr
+
+
+async def test_an_8_mb_result_is_bounded_in_every_part_with_each_cut_recorded(tmp_path: Path) -> None:
+    n = 8_000_000  # the SDK mirrors the string into structuredContent: 16 MB on the wire
+    async with opened(tmp_path, edge_server()) as (gateway, env, _):
+        result = await gateway.call(env.env_id, "edge__big", {"n": n}, 60)
+    assert not result.is_error and result.output_bytes > n  # what came over the wire, before the caps
+    assert result.text.startswith("x" * 20_000) and len(result.text) < 20_100
+    assert f"{n - 20_000} more characters cut: output limit 20000" in result.text
+    assert result.structured is None and result.images == ()
+    assert len(msgspec.json.encode(result)) < 25_000  # all that crosses the actor boundary
+    assert result.cuts == (
+        CutRecord(part="text", original_bytes=n, kept_bytes=20_000),
+        CutRecord(part="structured", original_bytes=len('{"result":""}') + n, kept_bytes=0),
+    )
+
+
+async def test_structured_content_over_its_cap_is_dropped_whole_and_under_it_kept(tmp_path: Path) -> None:
+    async with opened(tmp_path, edge_server(), gateway_kwargs={"max_structured_bytes": 21}) as (gw, env, _):
+        fits = await gw.call(env.env_id, "edge__measure", {"text": "two words"}, 10)
+        over = await gw.call(env.env_id, "edge__measure", {"text": "three words now"}, 10)
+    assert fits.structured == {"chars": 9, "words": 2} and fits.cuts == ()  # {"chars":9,"words":2}: 21 bytes
+    assert over.structured is None and not over.is_error
+    assert over.cuts == (CutRecord(part="structured", original_bytes=22, kept_bytes=0),)
+
+
+async def test_images_beyond_the_count_or_size_cap_are_placeholders_with_their_cuts(tmp_path: Path) -> None:
+    options = {"keep_images": True, "max_images": 2}
+    async with opened(tmp_path, edge_server(), gateway_kwargs=options) as (gateway, env, _):
+        three = await gateway.call(env.env_id, "edge__pictures", {"n": 3}, 10)
+    assert len(three.images) == 2 and "[image 2: image/png, attached]" in three.text
+    assert "not shown: the gateway keeps at most 2 images per result" in three.text
+    data = len(three.images[0]["data"])
+    assert three.cuts == (CutRecord(part="image", original_bytes=data, kept_bytes=0),)
+    options = {"keep_images": True, "max_image_bytes": data - 1}
+    async with opened(tmp_path, edge_server(), gateway_kwargs=options) as (gateway, env, _):
+        large = await gateway.call(env.env_id, "edge__picture", {}, 10)
+    assert large.images == () and f"over the gateway's cap of {data - 1} bytes per image" in large.text
+    assert large.cuts == (CutRecord(part="image", original_bytes=data, kept_bytes=0),)
+    assert large.text.endswith("a transparent pixel")
+
+
+async def test_a_route_answer_over_the_output_limit_lists_whole_lines_and_exactly_their_hits(
+    tmp_path: Path,
+) -> None:
+    async with opened(tmp_path, edge_server(), route=True, gateway_kwargs={"max_output_chars": 150}) as (
+        gateway,
+        env,
+        _,
+    ):
+        found = await gateway.call(env.env_id, "route", {"query": "text file image server", "k": 10}, 10)
+    *lines, marker = found.text.splitlines()
+    assert marker.startswith("[... ") and marker.endswith("more lines cut: output limit 150]")
+    assert found.route_hits == tuple(line.split("(", 1)[0] for line in lines) and found.route_hits
+    assert [c.part for c in found.cuts] == ["text"]

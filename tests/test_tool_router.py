@@ -6,10 +6,13 @@ from typing import Any
 
 import pytest
 
+from actors.mcp_results import route_parts
 from actors.tool_router import (
     ROUTE_TOOL,
+    RouteAnswer,
     ToolRouter,
     one_line,
+    route_answer,
     route_observation,
     tokenize,
     visible_tools,
@@ -190,6 +193,33 @@ def test_route_observation_format(router: ToolRouter) -> None:
 )
 def test_route_observation_bad_arguments(router: ToolRouter, arguments: Any, message: str) -> None:
     assert route_observation(router, arguments) == message
+    assert route_answer(router, arguments) == RouteAnswer(message=message)  # no hits
+
+
+def test_the_route_answer_names_the_tools_its_observation_lists_best_first(router: ToolRouter) -> None:
+    answer = route_answer(router, {"query": "weather forecast for a city", "k": 4})
+    assert answer.message is None and len(answer.hits) == 3
+    assert answer.hits == tuple(line.split("(", 1)[0] for line in answer.text.splitlines())
+    assert answer.hits == tuple(t.name for t, _ in router.search("weather forecast for a city", 4))
+    assert route_observation(router, {"query": "weather forecast for a city", "k": 4}) == answer.text
+
+
+def test_a_route_answer_cut_to_the_output_limit_keeps_whole_lines_and_only_their_hits(
+    router: ToolRouter,
+) -> None:
+    answer = route_answer(router, {"query": "show file commit weather", "k": 20})
+    full, hits = route_parts(answer, 10_000, (), ())
+    assert hits == answer.hits and full.text == answer.text and full.cuts == ()
+    limit = len(answer.lines[0]) + 1 + len(answer.lines[1]) + 5  # two lines and a bit of the third
+    cut, kept = route_parts(answer, limit, (), ())
+    listed = cut.text.splitlines()
+    assert kept == answer.hits[:2] and listed[:2] == list(answer.lines[:2])
+    assert listed[2] == f"[... {len(answer.lines) - 2} more lines cut: output limit {limit}]"
+    (record,) = cut.cuts
+    assert (record.part, record.original_bytes) == ("text", len(answer.text.encode()))
+    assert record.kept_bytes == len("\n".join(answer.lines[:2]).encode())
+    nothing, none_kept = route_parts(answer, 3, (), ())
+    assert none_kept == () and nothing.text.startswith("[... ")
 
 
 def test_visible_tools(router: ToolRouter) -> None:

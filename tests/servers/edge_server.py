@@ -7,12 +7,14 @@ Run: ``python tests/servers/edge_server.py [--fail-start]``. Tools:
 - ``hang()``: blocks the server's event loop forever (ignores cancellation; only a kill ends it);
 - ``stall()``: awaits forever but honours cancellation; ``cancelled()`` counts the cancelled stalls;
 - ``crash()``: the process exits at once with status 3, mid-request;
-- ``picture()``: returns an image and a text part; ``big(n)``: returns ``n`` characters;
+- ``picture()``: returns an image and a text part; ``pictures(n)``: ``n`` images;
+- ``big(n)``: returns ``n`` characters (mirrored into ``structuredContent`` by the SDK);
 - ``inject()``: output with chat-template control tokens; ``measure(text)``: structured output;
   ``getenv(name)``: a variable of the server's environment (to test secret redaction).
 
-Run with ``--http PORT`` for streamable HTTP (``$EDGE_TOKEN``: required bearer token) or
-``--sse PORT`` for the legacy SSE transport; stdio otherwise.
+Run with ``--http PORT`` for streamable HTTP (``$EDGE_TOKEN``: required bearer token; ``PORT`` 0:
+any free one; the port is printed on stdout once the socket listens, so a caller waits for that
+line instead of polling) or ``--sse PORT`` for the legacy SSE transport; stdio otherwise.
 
 ``--fail-start`` prints a reason on stderr and exits 2 before speaking MCP (a server that never
 comes up).
@@ -114,6 +116,12 @@ def picture() -> list[Image | str]:
 
 
 @server.tool()
+def pictures(n: int) -> list[Image]:
+    """n images."""
+    return [Image(data=_PNG, format="png") for _ in range(n)]
+
+
+@server.tool()
 def big(n: int) -> str:
     """A string of n characters."""
     return "x" * n
@@ -142,7 +150,10 @@ def getenv(name: str) -> str:
 
 def serve_http(port: int, token: str | None) -> None:
     """Streamable HTTP on 127.0.0.1:port; with a token, requests without ``Authorization: Bearer
-    <token>`` get 401 (what a remote server's auth header is for)."""
+    <token>`` get 401 (what a remote server's auth header is for). The socket listens before the
+    port is printed: a client may connect as soon as it reads the line (the backlog holds it)."""
+    import socket
+
     import uvicorn
     from starlette.responses import PlainTextResponse
 
@@ -156,7 +167,13 @@ def serve_http(port: int, token: str | None) -> None:
                 return
         await app(scope, receive, send)
 
-    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(64)
+    print(sock.getsockname()[1], flush=True)
+    config = uvicorn.Config(guarded, log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":
