@@ -75,6 +75,34 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
+class _ForwardedToRay(logging.StreamHandler):
+    """A worker's copy of the stderr that Ray forwards to the driver. Before its first record it names
+    the actor the way Ray's core worker does (``:actor_name:<class>``, in the file it no longer
+    writes to), so the driver shows ``(EnvPool pid=N) WARNING ...`` as for the actor's own output."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._announced = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self._announced:
+            self._announced = True
+            if name := _actor_class_name():
+                self.stream.write(f":actor_name:{name}\n")
+        super().emit(record)
+
+
+def _actor_class_name() -> str | None:
+    ray = sys.modules.get("ray")  # a Ray worker has imported it; a plain process has no actor
+    if ray is None:
+        return None
+    try:
+        actor = ray.get_runtime_context().current_actor
+        return str(actor._ray_actor_creation_function_descriptor.class_name)
+    except Exception:  # not in an actor, or Ray changed its handle: the line keeps a plain (pid=N)
+        return None
+
+
 def _install(handlers: list[logging.Handler], level: int = logging.INFO) -> None:
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, _MARK, False)]:
@@ -149,7 +177,7 @@ def setup_worker() -> None:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
-        forwarded = logging.StreamHandler(terminal)
+        forwarded = _ForwardedToRay(terminal)
         forwarded.addFilter(shown_on_terminal)
     forwarded.setFormatter(logging.Formatter(TERMINAL_FORMAT))
     to_file = logging.StreamHandler(sys.stderr)  # fd 2: the run log (verbose: Ray's forwarded stderr)
