@@ -28,7 +28,7 @@ import logging
 import subprocess
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -57,7 +57,10 @@ class EnvPool:
         acquire_timeout_s: float = 600.0,
         ttl_s: float | None = None,
         watchdog: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` (seconds) times each environment's age from its create, for ``ttl_s``; tests
+        pass one they move forward."""
         if max_live < 1:
             raise ValueError(f"EnvPool max_live must be >= 1, got {max_live}")
         if ttl_s is not None and ttl_s <= 0:
@@ -65,6 +68,8 @@ class EnvPool:
         self.provisioner, self.run_id, self.max_live, self.reuse = provisioner, run_id, max_live, reuse
         self.hook_modules = tuple(hook_modules)
         self.acquire_timeout_s, self.ttl_s, self.watchdog = acquire_timeout_s, ttl_s, watchdog
+        self._clock = clock
+        self._born: dict[str, float] = {}  # env_id -> the clock at its create
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._held: dict[str, tuple[EnvInfo, tuple[str, ...]]] = {}
         self._idle: OrderedDict[str, EnvInfo] = OrderedDict()  # env_id -> env, oldest first
@@ -262,7 +267,8 @@ class EnvPool:
         return None
 
     def _expired(self, env: EnvInfo) -> bool:
-        return self.ttl_s is not None and time.time() - env.created_at > self.ttl_s
+        born = self._born.get(env.env_id)
+        return self.ttl_s is not None and born is not None and self._clock() - born > self.ttl_s
 
     async def _create(self, config: EnvConfig) -> EnvInfo:
         """Create with a slot already counted in ``_live``; give the slot back if it fails."""
@@ -277,9 +283,11 @@ class EnvPool:
                 raise EnvError(f"{self.provisioner.name} provisioner could not create an env: {e}") from e
             raise
         self._counts["created"] += 1
+        self._born[env.env_id] = self._clock()
         return env
 
     async def _destroy(self, env: EnvInfo) -> None:
+        self._born.pop(env.env_id, None)
         try:
             with anyio.CancelScope(shield=True):
                 await self.provisioner.destroy(env)

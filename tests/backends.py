@@ -27,10 +27,10 @@ import pytest
 from mcp.client.stdio import get_default_environment
 
 from actors.provisioners.base import Provisioner
-
-from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.bwrap import BwrapProvisioner, install_roots
 from actors.provisioners.local import ENV_MARKER, LocalProvisioner
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
+from tests.waiting import until
 
 REPO = Path(__file__).resolve().parent.parent
 EDGE_SERVER = REPO / "tests" / "servers" / "edge_server.py"
@@ -163,9 +163,6 @@ async def background(
 
 
 async def gone(env_id: str, seconds: float = 10.0) -> bool:
-    """Whether every marked process of the environment is gone within ``seconds`` (polled)."""
-    with anyio.move_on_after(seconds):
-        while marked(env_id):  # noqa: ASYNC110 -- host processes signal no event: poll, bounded
-            await anyio.sleep(0.05)
-        return True
-    return False
+    """Whether every marked process of the environment is gone within ``seconds`` (the host's
+    process table signals nothing to this process: checked until then)."""
+    return await until(lambda: not marked(env_id), seconds)

@@ -22,8 +22,8 @@ from anyio.abc import SocketAttribute
 from actors.env_pool import EnvPool
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import Provisioner
-from specs.env import EnvConfig, EnvHandle, ServerLaunch
 from actors.provisioners.local import ENV_MARKER
+from specs.env import EnvConfig, EnvHandle, ServerLaunch
 from specs.registry import cleanup, prepare
 from specs.servers import load_server_registry
 from specs.task import CleanupSpec, PrepareSpec, TaskSpec
@@ -43,6 +43,7 @@ from tests.backends import (
     sleeper,
     sleeping,
 )
+from tests.waiting import until
 
 pytestmark = pytest.mark.anyio
 CALCULATOR_REGISTRY = REPO / "specs" / "domains" / "calculator" / "servers.json"
@@ -396,10 +397,12 @@ async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
             assert len(envs) == 2 and all(edge_processes(env.env_id) for env in envs)
             process.kill()  # SIGKILL: no finally, no atexit, no shutdown runs in the driver
             await process.wait()
-            if watchdog:  # the watchdog notices on its own and cleans up
-                with anyio.move_on_after(30):
-                    while await provisioner.list_owned(run):  # noqa: ASYNC110 -- polling another process's work
-                        await anyio.sleep(0.1)
+            if watchdog:  # the watchdog notices on its own and cleans up (another process's work)
+
+                async def none_owned() -> bool:
+                    return not await provisioner.list_owned(run)
+
+                await until(none_owned, 30)
             else:  # the next run's pool reaps at start-up
                 next_run = EnvPool(provisioner, run_id(), max_live=1)
                 assert await next_run.reap_leftovers() >= 2
@@ -407,10 +410,8 @@ async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
             assert leftover_containers(run) == 0
             for env in envs:
                 assert await gone(env.env_id), cmdlines(marked(env.env_id))
-            with anyio.move_on_after(10):
-                while processes_mentioning(run):  # noqa: ASYNC110 -- the watchdog exits after its work
-                    await anyio.sleep(0.1)
-            assert processes_mentioning(run) == []
+            # the watchdog exits after its work
+            assert await until(lambda: not processes_mentioning(run), 10), processes_mentioning(run)
     finally:
         with anyio.CancelScope(shield=True):
             if process.returncode is None:

@@ -12,10 +12,11 @@ import pytest
 
 from actors.env_pool import EnvPool
 from actors.errors import EnvError
-from specs.env import EnvConfig, EnvHandle, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
+from specs.env import EnvConfig, EnvHandle, EnvInfo, ServerLaunch
 from specs.registry import cleanup, prepare
 from specs.task import CleanupSpec, PrepareSpec, TaskSpec
+from tests.waiting import MovableClock
 
 pytestmark = pytest.mark.anyio
 
@@ -284,16 +285,18 @@ async def test_prewarm_creates_idle_envs_up_to_max_live_that_acquires_then_reuse
 
 
 async def test_envs_past_their_ttl_are_never_handed_out_again(tmp_path: Path) -> None:
-    pool = make_pool(tmp_path, max_live=2, ttl_s=0.2)
+    clock = MovableClock()
+    pool = make_pool(tmp_path, max_live=2, ttl_s=60, clock=clock)
     first = await pool.acquire(CONFIG_A, make_task())
-    await anyio.sleep(0.3)
+    clock.advance(61)
     await pool.release(first, make_task())  # expired while held: destroyed at release
     assert pool.stats()["expired"] == 1 and pool.stats()["idle"] == 0
     second = await pool.acquire(CONFIG_A, make_task())
     assert second.env_id != first.env_id
     await pool.release(second, make_task())  # fresh: kept idle
     assert pool.stats()["idle"] == 1
-    await anyio.sleep(0.3)
+    assert await pool.sweep() == 0  # not yet expired: kept
+    clock.advance(61)
     assert await pool.sweep() == 1  # an expired idle one goes at the next sweep
     stats = pool.stats()
     assert (stats["idle"], stats["live"], stats["expired"]) == (0, 0, 2)
@@ -302,10 +305,11 @@ async def test_envs_past_their_ttl_are_never_handed_out_again(tmp_path: Path) ->
 
 
 async def test_an_idle_env_past_its_ttl_is_replaced_at_acquire(tmp_path: Path) -> None:
-    pool = make_pool(tmp_path, max_live=1, ttl_s=0.2)
+    clock = MovableClock()
+    pool = make_pool(tmp_path, max_live=1, ttl_s=60, clock=clock)
     first = await pool.acquire(CONFIG_A, make_task())
     await pool.release(first, make_task())
-    await anyio.sleep(0.3)
+    clock.advance(61)
     second = await pool.acquire(CONFIG_A, make_task())
     assert second.env_id != first.env_id and pool.stats()["expired"] == 1
     await pool.release(second, make_task())

@@ -13,9 +13,9 @@ import anyio.abc
 import pytest
 
 from actors.errors import EnvError
-from specs.env import EnvConfig, EnvHandle, ServerLaunch
 from actors.provisioners.bwrap import BwrapProvisioner
 from actors.provisioners.local import ENV_MARKER
+from specs.env import EnvConfig, EnvHandle, ServerLaunch
 from tests.backends import background, environment
 
 pytestmark = pytest.mark.skipif(

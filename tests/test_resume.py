@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from launch.checkpoints import complete_steps, read_progress
 from launch.tasks import TaskStream
 from specs.task import load_tasks
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -57,20 +57,23 @@ def test_a_killed_run_resumes_at_the_next_step_with_the_same_data_order(tmp_path
     run_dir = tmp_path / "resume"
     # Not the rendezvous of this pytest process (an in-process learner test holds its port).
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"PYTHONUNBUFFERED": "1"}
-    first = subprocess.Popen(
-        command(tmp_path), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    log = tmp_path / "first.log"  # a file, not a pipe: nothing reads while the run trains
+    with log.open("wb") as out:
+        first = subprocess.Popen(command(tmp_path), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 600
-        while not any(step >= 2 for step, _ in complete_steps(str(run_dir / "checkpoint"))):
-            assert first.poll() is None, first.communicate()[0].decode()[-3000:]
-            assert time.monotonic() < deadline, "no step-2 checkpoint within 10 minutes"
-            time.sleep(0.5)
+        # A checkpoint directory signals nothing to this process: checked until it holds step 2.
+        def step_2_saved_or_run_ended() -> bool:
+            saved = complete_steps(str(run_dir / "checkpoint"))
+            return first.poll() is not None or any(step >= 2 for step, _ in saved)
+
+        assert wait_until(step_2_saved_or_run_ended, 600), "no step-2 checkpoint within 10 minutes"
+        assert first.poll() is None, log.read_text(errors="replace")[-3000:]
         first.send_signal(signal.SIGINT)  # killed while step 3 is sampling (or training)
-        output = first.communicate(timeout=300)[0].decode()
+        first.wait(timeout=300)
     finally:
         if first.poll() is None:
             first.kill()
+    output = log.read_text(errors="replace")
     assert first.returncode in (0, 130), output[-3000:]
     latest = complete_steps(str(run_dir / "checkpoint"))[-1][1]
     killed_at = read_progress(latest).step

@@ -61,7 +61,6 @@ import anyio
 import psutil
 
 from actors.errors import EnvError
-from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.local import (
     ENV_MARKER,
     LocalProvisioner,
@@ -71,6 +70,7 @@ from actors.provisioners.local import (
     killpg,
     run_with_deadline,
 )
+from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 
 logger = logging.getLogger(__name__)
 

@@ -53,10 +53,10 @@ import anyio
 import msgspec
 
 from actors.errors import EnvError
-from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 from actors.provisioners.bwrap import ETC_FILES, SANDBOX_PATH, install_roots, outermost
 from actors.provisioners.docker_exec import engine_client, env_url, exec_blocking, short
 from actors.provisioners.local import owner
+from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 
 logger = logging.getLogger(__name__)
 
