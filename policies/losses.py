@@ -42,13 +42,21 @@ their per-step tool bonus). With the rollout-time policy, ``ref_logprobs`` are t
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import torch
 import torch.nn.functional as F
 
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 KlKind = Literal["none", "k1", "k3"]
+
+
+def agg_mode(name: str) -> AggMode:
+    """``name`` as an ``AggMode``, refused naming the modes when it is none of them."""
+    for mode in get_args(AggMode):
+        if name == mode:
+            return cast(AggMode, mode)
+    raise ValueError(f"aggregation {name!r} is not one of {get_args(AggMode)}")
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,8 @@ gradient cannot conflict and leaves both unchanged. The paper gives no hyperpara
 The three inner products are accumulated in float64 (``gram``); the update itself is one fused
 ``a - c * b`` in the input dtype, so no float64 copy of a parameter-sized vector is ever made. A
 caller whose gradients are sharded or split per parameter sums the per-piece ``Gram`` entries
-(an all-reduce) and applies ``Gram.coefficients`` piecewise.
+(an all-reduce) and applies ``Gram.coefficients`` piecewise. ``flatten_grads`` / ``assign_grads``
+move a model's ``.grad`` to one vector and back, for a caller whose gradients are whole (ZeRO-0).
 
 Diagnostics (paper 000 §4.3, Fig. 2): the per-step cosine between ``g_R`` and ``g_T`` ("gradient-angle
 trajectories", Fig. 2a) and the "cumulative negative-cosine integral" (Fig. 2b), taken here as
@@ -30,6 +31,7 @@ the reading; ``ConflictTracker`` should be fed the cosine of the ORIGINAL pair (
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -88,13 +90,23 @@ def gram(g_reasoning: torch.Tensor, g_tool: torch.Tensor) -> Gram:
     return Gram(rt, rr, tt)
 
 
-def project(g_reasoning: torch.Tensor, g_tool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def project(
+    g_reasoning: torch.Tensor, g_tool: torch.Tensor, *, pair: Gram | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 11: ``(g~_R, g~_T)``, both from the original pair; inputs returned as they are when not conflicting.
 
     Never modifies its inputs; outputs keep each input's dtype. Non-finite gradients are passed
-    through unchanged, so an optimizer's overflow check still sees them.
+    through unchanged, so an optimizer's overflow check still sees them. ``pair`` is the pair's
+    ``gram`` when the caller already computed it (the learner logs its cosine): it is not recomputed.
     """
-    c_r, c_t = gram(g_reasoning, g_tool).coefficients()
+    if pair is None:
+        pair = gram(g_reasoning, g_tool)
+    elif g_reasoning.shape != g_tool.shape:
+        raise ValueError(
+            f"project: g_reasoning {tuple(g_reasoning.shape)} and g_tool {tuple(g_tool.shape)} "
+            "must have the same shape"
+        )
+    c_r, c_t = pair.coefficients()
     if c_r == 0.0 and c_t == 0.0:
         return g_reasoning, g_tool
     new_r = torch.add(g_reasoning, g_tool, alpha=-c_r).to(g_reasoning.dtype)
@@ -105,6 +117,27 @@ def project(g_reasoning: torch.Tensor, g_tool: torch.Tensor) -> tuple[torch.Tens
 def cosine(g_reasoning: torch.Tensor, g_tool: torch.Tensor) -> float:
     """Cosine of the angle between the two gradients; 0.0 if either is zero."""
     return gram(g_reasoning, g_tool).cosine
+
+
+def flatten_grads(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
+    """The ``.grad`` of ``params`` as one flat vector, in order (zeros for a parameter without one)."""
+    return torch.cat(
+        [(p.grad.detach() if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+    )
+
+
+def assign_grads(params: Sequence[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    """Set each parameter's ``.grad`` to its slice of ``flat`` (the layout of ``flatten_grads``), in its dtype."""
+    expected = sum(p.numel() for p in params)
+    if flat.dim() != 1 or flat.numel() != expected:
+        raise ValueError(
+            f"assign_grads: expected a flat vector of {expected} elements, got shape {tuple(flat.shape)}"
+        )
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).to(p.dtype).clone()
+        offset += n
 
 
 @dataclass

@@ -7,7 +7,6 @@ tests exercise the same loading, batching, optimizer, export and checkpoint code
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import msgspec
@@ -17,6 +16,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from actors.learner import Learner, LearnerError
+from actors.learner_losses import policy_loss
+from policies.surgery import assign_grads, cosine, flatten_grads, project
 from policies.types import TrainSample
 from specs.config import GrpoConfig, LearnerConfig
 
@@ -256,6 +257,36 @@ def test_surgery_keeps_compatible_gradients_and_cancels_exactly_opposed_ones(mod
     assert _max_diff(before, _weights(learner)) < 1e-7  # each projected off the other: both vanish
 
 
+def test_the_surgery_update_is_policies_surgery_project_of_the_two_families_gradients(model_dir: str) -> None:
+    """By hand: each family's gradient from a plain learner's loss with the other family's advantage
+    zeroed, projected with ``policies.surgery.project``, summed, one optimizer step: the same weights."""
+    pairs = ((1.0, -1.0), (-1.0, 0.5), (0.5, -1.0), (-0.5, 1.0))  # (tool, reasoning) advantages
+    batch = [_thought(i, tool, reasoning) for i, (tool, reasoning) in enumerate(pairs)]
+    operated = _learner(model_dir, algo=GrpoConfig(surgery=True))
+    stats = operated.train_step(batch)
+
+    by_hand = _learner(model_dir)
+    params = [p for p in by_hand._engine.module.parameters() if p.requires_grad]
+    loss = policy_loss(
+        by_hand.algo, by_hand.max_len, by_hand._policy, None, ("adv_reasoning", "adv_tool"), kl=False
+    )
+    family = {}
+    for name, zeroed in (("reasoning", "advantage"), ("tool", "reasoning_advantage")):
+        alone = [msgspec.structs.replace(s, **{zeroed: 0.0}) for s in batch]
+        by_hand._accumulate(alone, "by hand", loss)
+        family[name] = flatten_grads(params)
+    assert -0.99 < cosine(family["reasoning"], family["tool"]) < -0.1  # conflicting, not opposite
+    assert stats["grad_cosine"] == pytest.approx(cosine(family["reasoning"], family["tool"]), abs=1e-5)
+    projected_r, projected_t = project(family["reasoning"], family["tool"])
+    assign_grads(params, projected_r + projected_t)
+    by_hand._optimizer_step()
+    assert _max_diff(_weights(operated), _weights(by_hand)) < 1e-6
+
+    plain = _learner(model_dir)
+    plain.train_step(batch)  # the plain sum of the two gradients moves the weights elsewhere
+    assert _max_diff(_weights(operated), _weights(plain)) > 1e-4
+
+
 def test_surgery_refuses_partitioned_or_bf16_gradients(model_dir: str) -> None:
     learner = _learner(model_dir, algo=GrpoConfig(surgery=True), zero_stage=1)
     with pytest.raises(LearnerError, match="zero_stage 0"):
@@ -370,26 +401,3 @@ def test_a_step_that_fails_midway_leaves_no_gradient_behind(
     assert broken.train_step(_batch())["grad_norm"] == pytest.approx(
         clean.train_step(_batch())["grad_norm"], rel=1e-5
     )
-
-
-def test_a_rendezvous_port_taken_after_the_probe_is_probed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    import deepspeed
-
-    from actors.dist_env import init_single_process_dist
-
-    ports: list[str] = []
-
-    def init_distributed(dist_backend: str) -> None:
-        ports.append(os.environ["MASTER_PORT"])
-        if len(ports) == 1:  # what the generator starting beside us did in CI once
-            raise torch.distributed.DistNetworkError("failed to listen: EADDRINUSE, address already in use")
-
-    monkeypatch.setattr(deepspeed, "init_distributed", init_distributed)
-    monkeypatch.delenv("MASTER_PORT", raising=False)
-    init_single_process_dist("gloo")
-    assert len(ports) == 2
-    monkeypatch.setenv("MASTER_PORT", "1234")  # the user's port: not second-guessed
-    ports.clear()
-    with pytest.raises(torch.distributed.DistNetworkError, match="EADDRINUSE"):
-        init_single_process_dist("gloo")
-    assert ports == ["1234"]

@@ -10,6 +10,7 @@ import torch
 from policies.losses import (
     AggMode,
     KlKind,
+    agg_mode,
     aggregate,
     k3_kl,
     kl_penalty,
@@ -290,3 +291,9 @@ def test_kl_penalty_refuses_an_unknown_kind_and_mismatched_shapes() -> None:
         kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2), "k2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="same shape"):
         kl_penalty(torch.zeros(1, 2), torch.zeros(1, 3), "k1")
+
+
+def test_agg_mode_narrows_a_known_aggregation_name_and_refuses_an_unknown_one() -> None:
+    assert agg_mode("seq-mean-token-sum") == "seq-mean-token-sum"
+    with pytest.raises(ValueError, match="aggregation 'token-sum' is not one of"):
+        agg_mode("token-sum")

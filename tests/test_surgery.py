@@ -124,6 +124,31 @@ def test_summed_per_piece_grams_project_pieces_like_the_whole() -> None:
     assert torch.allclose(torch.cat([t[:7] - c_t * r[:7], t[7:] - c_t * r[7:]]), whole_t)
 
 
+def test_a_precomputed_gram_gives_the_same_projection_and_is_not_recomputed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r, t = torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0])
+    pair = gram(r, t)
+    monkeypatch.setattr(surgery, "gram", lambda *_: pytest.fail("gram recomputed"))
+    new_r, new_t = project(r, t, pair=pair)
+    assert new_r.tolist() == pytest.approx([0.5, 0.5]) and new_t.tolist() == pytest.approx([0.0, 1.0])
+    with pytest.raises(ValueError, match="same shape"):
+        project(torch.zeros(3), torch.zeros(4), pair=pair)
+
+
+def test_flatten_grads_and_assign_grads_round_trip_a_models_gradients() -> None:
+    model = torch.nn.Linear(3, 2)  # weight [2, 3], bias [2]
+    params = list(model.parameters())
+    model.weight.grad = torch.arange(6.0).view(2, 3)  # the bias has no .grad yet: zeros
+    flat = surgery.flatten_grads(params)
+    assert flat.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0]
+    surgery.assign_grads(params, flat * 2 + 1)
+    assert model.weight.grad.tolist() == [[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]]
+    assert model.bias.grad is not None and model.bias.grad.tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="expected a flat vector of 8 elements"):
+        surgery.assign_grads(params, torch.zeros(7))
+
+
 def test_conflict_tracker_accumulates_the_negative_cosine_integral() -> None:
     # cosines 0.5, -0.2, 0.1, -0.3: integral = min(., 0) summed = -0.2 - 0.3 = -0.5; 2 of 4 steps conflict.
     tracker = ConflictTracker()

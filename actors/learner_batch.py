@@ -1,0 +1,108 @@
+"""The learner's input: ``TrainSample`` batches checked, cut into micro-batches and padded.
+
+Contract:
+
+- ``validate`` refuses, naming the sample and what was expected, a sample that cannot be batched
+  (token ids, trainable flags and logprobs of unequal or zero length, longer than the model takes,
+  ids outside its vocabulary) or, when ``scored``, trained on (a trainable token 0 has no prefix).
+- ``collate`` right-pads to the longest sequence of the micro-batch. Pads are masked out of
+  attention (``attn``) and of the loss (``mask``); ``old`` holds the rollout logprobs; each reward
+  family's sequence advantage is broadcast over its own tokens (paper 000, eqs. 9-10):
+  ``integrated`` attribution puts both on every trainable token, ``masked`` puts the reasoning
+  advantage on the reasoning tokens and the tool advantage on the others.
+
+Importing this module imports torch only for type checking (the learner module stays instant).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from policies.types import TrainSample
+from specs.errors import MCPRLError
+
+if TYPE_CHECKING:
+    import torch
+
+Batch = dict[str, "torch.Tensor"]
+"""A collated micro-batch: ``ids``, ``attn``, ``mask``, ``old``, ``adv_reasoning``, ``adv_tool``."""
+
+
+class LearnerError(MCPRLError):
+    """A batch, dtype or checkpoint the learner cannot use."""
+
+
+def chunks(items: Sequence[TrainSample], size: int) -> Iterator[Sequence[TrainSample]]:
+    """``items`` in consecutive slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def validate(
+    samples: Sequence[TrainSample],
+    where: str,
+    *,
+    model_path: str,
+    max_seq_len: int | None,
+    vocab_size: int,
+    scored: bool = True,
+) -> None:
+    """Refuse, naming the sample, what cannot be batched (or, when ``scored``, trained on)."""
+    for i, s in enumerate(samples):
+        n = len(s.token_ids)
+        if n == 0 or len(s.trainable) != n or len(s.logprobs) != n:
+            raise LearnerError(
+                f"{where}: sample {i} has {n} token ids, {len(s.trainable)} trainable flags and "
+                f"{len(s.logprobs)} logprobs; expected equal non-zero lengths"
+            )
+        if max_seq_len is not None and n > max_seq_len:
+            raise LearnerError(
+                f"{where}: sample {i} is {n} tokens long; the model {model_path} takes at most "
+                f"{max_seq_len} (max_position_embeddings)"
+            )
+        if vocab_size and not 0 <= min(s.token_ids) <= max(s.token_ids) < vocab_size:
+            raise LearnerError(
+                f"{where}: sample {i} has token ids outside [0, {vocab_size}), the vocabulary of {model_path}"
+            )
+        if scored and s.trainable[0]:
+            raise LearnerError(
+                f"{where}: sample {i} marks token 0 trainable; the first token has no prefix to score it"
+            )
+
+
+def collate(
+    samples: Sequence[TrainSample], attribution: Literal["integrated", "masked"], device: torch.device
+) -> Batch:
+    """Right-pad ``samples`` into one micro-batch on ``device`` (see the module docstring)."""
+    import torch
+
+    width = max(len(s.token_ids) for s in samples)
+    ids = torch.zeros(len(samples), width, dtype=torch.long)
+    attn = torch.zeros(len(samples), width, dtype=torch.long)
+    mask = torch.zeros(len(samples), width, dtype=torch.float32)
+    old = torch.zeros(len(samples), width, dtype=torch.float32)
+    reasoning = torch.zeros(len(samples), width, dtype=torch.float32)
+    for row, s in enumerate(samples):
+        n = len(s.token_ids)
+        ids[row, :n] = torch.tensor(s.token_ids)
+        attn[row, :n] = 1
+        mask[row, :n] = torch.tensor(s.trainable, dtype=torch.float32)
+        old[row, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
+        if s.reasoning:
+            reasoning[row, :n] = torch.tensor(s.reasoning, dtype=torch.float32)
+    adv_tool = torch.tensor([s.advantage for s in samples], dtype=torch.float32).unsqueeze(-1)
+    adv_reason = torch.tensor([s.reasoning_advantage for s in samples], dtype=torch.float32).unsqueeze(-1)
+    if attribution == "masked":
+        reason_tokens, action_tokens = mask * reasoning, mask * (1 - reasoning)
+    else:
+        reason_tokens, action_tokens = mask, mask
+    tensors = {
+        "ids": ids,
+        "attn": attn,
+        "mask": mask,
+        "old": old,
+        "adv_reasoning": adv_reason * reason_tokens,
+        "adv_tool": adv_tool * action_tokens,
+    }
+    return {k: v.to(device) for k, v in tensors.items()}
