@@ -50,7 +50,7 @@ def endpoint_app(gateway: McpGateway, env_id: str, port: int, call_timeout_s: fl
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         result = await gateway.call(env_id, params.name, dict(params.arguments or {}), call_timeout_s)
-        content: list[Any] = [types.TextContent(type="text", text=result.text)]
+        content: list[types.ContentBlock] = [types.TextContent(type="text", text=result.text)]
         content += [
             types.ImageContent(type="image", data=i["data"], mime_type=i["mimeType"]) for i in result.images
         ]

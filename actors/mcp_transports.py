@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import IO, Any, TextIO, cast
+from typing import IO, TYPE_CHECKING, TextIO, cast
 from urllib.parse import urlsplit
 
 import anyio
@@ -27,11 +27,14 @@ from actors.provisioners.local import kill_group
 from specs.env import ServerLaunch
 from specs.servers import PORT_PLACEHOLDER, free_port
 
+if TYPE_CHECKING:  # mcp 2.x names the pair; 1.x yields the same two memory streams
+    from mcp.client._transport import TransportStreams
+
 
 @asynccontextmanager
 async def connect(
     launch: ServerLaunch, errlog: IO[bytes], start_timeout_s: float
-) -> AsyncIterator[tuple[Any, Any]]:
+) -> AsyncIterator[TransportStreams]:
     """The transport streams to one server: stdio (a process in the environment), streamable
     HTTP (a running server, with its headers) or SSE (a process started here, on its own free
     port, killed with its process group on the way out). ``errlog`` takes the server's stderr."""

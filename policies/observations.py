@@ -22,7 +22,7 @@ How this maps onto our chat messages (``policies.chat``):
 - An *observation* is a ``tool`` message, or a ``user`` message wrapped in ``<tool_response>`` tags
   (``format_tool_result(role="user")``). No other message is ever touched.
 - Its *body* is the text inside the tags; its *images* are image content parts (a list content)
-  and ``[image n: <mime>, attached]`` markers (``actors.mcp_wire.content_text``'s ``keep_images``).
+  and ``[image n: <mime>, attached]`` markers (``actors.mcp_results.content_text``'s ``keep_images``).
 - *Costly* (the generalised ``o_i``): body longer than ``costly_chars`` characters (default 1500,
   the paper's result cap ``L``), or any image. A body opening with ``π`` is a placeholder: never
   costly, never replaced again, so applying the rule to its own output changes nothing.
