@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from policies.engine import Engine
 from policies.types import SamplingConfig
 
 DEFAULT_MODEL = ".cache/models/SmolLM2-135M-Instruct"
@@ -93,7 +94,7 @@ def run_plain(args: argparse.Namespace, prompts: list[list[int]]) -> tuple[int, 
     return sum(len(o.outputs[0].token_ids) for o in outputs), seconds
 
 
-async def drive(engine: Any, prompts: list[list[int]], max_tokens: int) -> tuple[int, float]:
+async def drive(engine: Engine, prompts: list[list[int]], max_tokens: int) -> tuple[int, float]:
     """One concurrent ``generate`` per prompt, as the rollout issues them; returns (tokens, seconds)."""
     sampling = SamplingConfig(max_tokens=max_tokens, temperature=1.0, ignore_eos=True)
     with anyio.fail_after(600):
@@ -124,14 +125,14 @@ async def run_engine(args: argparse.Namespace, prompts: list[list[int]]) -> tupl
 async def run_ray(args: argparse.Namespace, prompts: list[list[int]]) -> tuple[int, float]:
     import ray
 
-    from actors.generator import remote_generator
+    from actors.generator import GeneratorHandle, remote_generator
     from actors.remote import AsyncProxy
 
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     handle = remote_generator(num_cpus=0).remote(**engine_kwargs(args))
-    engine = AsyncProxy(handle)
+    engine: GeneratorHandle = AsyncProxy(handle)
     try:
         return await drive(engine, prompts, args.max_tokens)
     finally:

@@ -51,6 +51,9 @@ Y, Z: achieved tok/s of ``decoupled-5x`` over ``coupled`` and over ``control`` a
 geometric mean over the latencies), with ``faults=P useful_over_generated=.. partial_groups=..
 leftovers=..`` appended under ``--faults``. ``--quick`` (one latency, one generation of episodes,
 a fast engine, measured from the start) is what the test suite runs.
+
+The settings, modes and steady window are ``launch/bench/pipeline_modes.py``'s; the results, table
+and summary line ``launch/bench/pipeline_report.py``'s; this module runs the real pipeline around them.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -80,54 +83,42 @@ from actors.mcp_gateway import McpGateway
 from actors.provisioners.local import LocalProvisioner
 from actors.rollout import RolloutPipeline, env_config_resolver
 from launch.bench.faults import CpuSampler, FaultyGateway, leftovers
+from launch.bench.pipeline_modes import (
+    QUICK,
+    Mode,
+    Settings,
+    episodes_needed,
+    modes,
+    steady_window,
+    tasks,
+)
+from launch.bench.pipeline_report import Result, mean, speedup, summary_line, table
 from launch.bench.sim_generator import Episode, EpisodeEngine, LatencyToolScript, SimulatedGenerator
 from policies.react import EpisodeLimits
-from policies.throughput import Limit, Workload, physical_limit
-from policies.tokens import ChatRecorder
+from policies.throughput import Workload, physical_limit
+from policies.tokens import ChatRecorder, ChatTokenizer
 from policies.types import SamplingConfig
 from specs.servers import parse_server_registry
-from specs.task import EvaluatorSpec, McpServerRef, TaskSpec
 from tests.servers.latency_server import REGISTRY, SERVER_NAME, TOOL
+
+__all__ = [  # the bench's parts, importable from here as before the split
+    "CpuSampler",
+    "Mode",
+    "Result",
+    "Settings",
+    "episodes_needed",
+    "main",
+    "modes",
+    "parse_args",
+    "speedup",
+    "steady_window",
+    "summary_line",
+]
 
 MODEL = Path(__file__).resolve().parents[2] / ".cache" / "models" / "SmolLM2-135M-Instruct"
 COSTS = ("acquire_s", "evaluate_s", "release_s", "tool_overhead_s", "turn_overhead_s")
 """The calibrated costs, named as the ``Workload`` fields they fill."""
 CLEANUP_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    latencies: tuple[float, ...] = (0.1, 1.0, 5.0)
-    turns: int = 2
-    tokens_per_turn: int = 40
-    step_t0_s: float = 0.020
-    step_t1_s: float = 0.005
-    max_num_seqs: int = 3
-    workers: int = 1
-    """n: acquire workers of every mode but the control."""
-    group_size: int = 2
-    cycles: int = 2
-    """Whole cycles in the steady window; 0: measure the whole run from its start."""
-    calibration_episodes: int = 3
-    """Single episodes of the calibration; the first is a warm-up."""
-    faults: float = 0.0
-    restart_s: float = 0.5
-
-
-QUICK = Settings(latencies=(0.1,), step_t0_s=0.004, step_t1_s=0.001, cycles=0, calibration_episodes=2)
-
-
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    acquire: int
-    run: int
-    cap: int
-
-    @property
-    def concurrency(self) -> int:
-        """C: episodes cycling at once in steady state (what one cycle completes)."""
-        return min(self.run, self.cap)
 
 
 @dataclass
@@ -145,132 +136,13 @@ class Outcome:
     leftovers: int
 
 
-@dataclass
-class Result:
-    mode: Mode
-    latency: float
-    episodes: int
-    achieved: float
-    limit: Limit
-    util: float
-    max_live: int
-    steady: bool
-    window_s: float
-    e_run: float = math.nan
-    """E against the limit with the acquire time measured in the run."""
-    cpu: dict[str, float] = field(default_factory=dict)
-    """Over the window: ``turn`` (this process's CPU s per turn), ``episode`` (the process tree's
-    CPU s per episode), ``free`` (cores the rest of the machine left idle)."""
-    timing: dict[str, float] = field(default_factory=dict)
-    """Seconds per episode completed in the window beside the model's (``model_*``): ``decode``,
-    ``other`` (the rest of its span: tools, orchestrator), ``acquire``."""
-    faults: dict[str, int] = field(default_factory=dict)
-    lost: dict[str, int] = field(default_factory=dict)
-    groups_dropped: int = 0
-    partial_groups: int = 0
-    useful_tokens: int = 0
-    generated_tokens: int = 0
-    leftovers: int = 0
-
-    @property
-    def efficiency(self) -> float:
-        return self.achieved / self.limit.tokens_per_s
-
-
-def modes(workers: int, control_live: int | None = None) -> list[Mode]:
-    """The compared settings; the control once the decoupled run's live envs are known."""
-    n = workers
-    found = [Mode("coupled", n, n, 2 * n), Mode("decoupled-2x", n, 2 * n, 3 * n)]
-    found.append(Mode("decoupled-5x", n, 5 * n, 6 * n))
-    if control_live is not None:
-        found.append(Mode("control", control_live, control_live, control_live))
-    return found
-
-
-def episodes_needed(mode: Mode, cycles: int, group_size: int) -> int:
-    """(cycles + 2) * C, in whole groups: a generation of ramp-up, the window, one in flight;
-    one generation (C) when measuring from the start (``cycles`` 0)."""
-    wanted = max(2, (cycles + 2) * mode.concurrency if cycles else mode.concurrency)
-    return -(-wanted // group_size) * group_size
-
-
-def steady_window(
-    completions: Sequence[float], concurrency: int, cycles: int, started: float, ended: float
-) -> tuple[float, float, bool]:
-    """(start, end, steady): from the ``concurrency``-th completion over ``cycles`` whole cycles;
-    else (``cycles`` 0, or too few completions) from ``started`` to the last completion, or to
-    ``ended`` when none completed, with ``steady`` False."""
-    if concurrency < 1 or cycles < 0:
-        raise ValueError(f"steady_window needs concurrency >= 1 and cycles >= 0, got {concurrency}, {cycles}")
-    if ended <= started:
-        raise ValueError(f"steady_window: the run ended at {ended}, not after it started at {started}")
-    done = sorted(completions)
-    first = concurrency - 1
-    last = first + cycles * concurrency
-    if cycles == 0 or last >= len(done):
-        return started, (done[-1] if done and done[-1] > started else ended), False
-    return done[first], done[last], True
-
-
-def mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
-def geometric_mean(values: Sequence[float]) -> float:
-    if not values or any(v <= 0 for v in values):
-        raise ValueError(f"geometric_mean needs positive values, got {list(values)}")
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def speedup(results: Sequence[Result], over: str) -> float:
-    """Achieved tok/s of ``decoupled-5x`` over mode ``over``'s at the same latency, geometric mean
-    over the latencies where both achieved something (``nan`` if none)."""
-    by = {(r.latency, r.mode.name): r.achieved for r in results}
-    pairs = [(by[t, "decoupled-5x"], by[t, over]) for t in sorted({r.latency for r in results})]
-    ratios = [mine / theirs for mine, theirs in pairs if mine > 0 and theirs > 0]
-    return geometric_mean(ratios) if ratios else math.nan
-
-
-def summary_line(results: Sequence[Result], faults: float) -> str:
-    line = (
-        f"pipeline: E_min={min(r.efficiency for r in results):.3f} "
-        f"decoupled_over_coupled={speedup(results, 'coupled'):.2f} "
-        f"decoupled_over_control={speedup(results, 'control'):.2f}"
-    )
-    if faults > 0:
-        useful = sum(r.useful_tokens for r in results) / max(1, sum(r.generated_tokens for r in results))
-        partial, left = sum(r.partial_groups for r in results), sum(r.leftovers for r in results)
-        line += (
-            f" faults={faults:g} useful_over_generated={useful:.3f} partial_groups={partial} leftovers={left}"
-        )
-    return line
-
-
-# -- around the real pipeline -----------------------------------------------------------------------
-
-
-def tasks(count: int) -> list[TaskSpec]:
-    ref = McpServerRef(name=SERVER_NAME, tools=(TOOL,))
-    check = EvaluatorSpec(func="raw", op="contain", value="done")
-    instruction = "Task {}: wait for the latency tool, then say you are done."
-    return [
-        TaskSpec(
-            instance_id=f"latency-{i:03d}",
-            instruction=instruction.format(i),
-            mcp_servers=(ref,),
-            evaluators=(check,),
-        )
-        for i in range(count)
-    ]
-
-
 # -- runs -----------------------------------------------------------------------------------------
 
 
 @dataclass
 class Bench:
     settings: Settings
-    tokenizer: Any
+    tokenizer: ChatTokenizer
     root: Path
     run_prefix: str
     rng: random.Random = field(default_factory=lambda: random.Random(0))
@@ -446,41 +318,7 @@ class Bench:
         )
 
 
-# -- reporting ------------------------------------------------------------------------------------
-
-
-def table(results: Sequence[Result], cal: dict[str, float], s: Settings) -> str:
-    lines = [
-        f"tool latency {results[0].latency:g} s: T={s.turns} turns x N={s.tokens_per_turn} tokens, "
-        f"t(b)={s.step_t0_s * 1e3:g}+{s.step_t1_s * 1e3:g}*b ms, B={s.max_num_seqs}; calibrated: "
-        + " ".join(f"{k}={v * 1e3:.1f}ms" for k, v in cal.items()),
-        f"{'mode':13} {'a':>2} {'r':>2} {'L':>2} {'eps':>4} {'tok/s':>6} {'limit':>6} {'binding':>16} "
-        f"{'E':>5} {'E_run':>5} {'util':>5} {'live':>4} {'window s':>9}",
-    ]
-    for r in results:
-        m, t, cpu = r.mode, r.timing, r.cpu
-        lines += [
-            f"{m.name:13} {m.acquire:2d} {m.run:2d} {m.cap:2d} {r.episodes:4d} {r.achieved:6.1f} "
-            f"{r.limit.tokens_per_s:6.1f} {r.limit.binding:>16} {r.efficiency:5.2f} {r.e_run:5.2f} "
-            f"{r.util:5.2f} {r.max_live:4d} {r.window_s:8.1f}{'' if r.steady else '*'}",
-            f"{'':14}bounds tok/s: " + " ".join(f"{k}={v:.1f}" for k, v in r.limit.bounds.items() if v < 1e4),
-            f"{'':14}s/episode, run (model): decode {t['decode']:.2f} ({t['model_decode']:.2f}) "
-            f"tools+other {t['other']:.2f} ({t['model_other']:.2f}) acquire {t['acquire']:.2f} "
-            f"({t['model_acquire']:.2f}); cpu {cpu['turn'] * 1e3:.1f} ms/turn, "
-            f"{cpu['episode']:.2f} s/episode, {cpu['free']:.2f} cores free",
-        ]
-        if s.faults > 0:
-            lines.append(
-                f"{'':14}faults {r.faults} lost {r.lost} dropped_groups={r.groups_dropped} "
-                f"partial_groups={r.partial_groups} useful/generated={r.useful_tokens}/{r.generated_tokens} "
-                f"leftovers={r.leftovers}"
-            )
-    steady = "" if all(r.steady for r in results) else "   (*: measured from the start, not steady)"
-    over = f"over coupled {speedup(results, 'coupled'):.2f}, over control {speedup(results, 'control'):.2f}"
-    return "\n".join([*lines, f"decoupled-5x {over}{steady}"])
-
-
-async def sweep(settings: Settings, tokenizer: Any, root: Path, run_prefix: str) -> list[Result]:
+async def sweep(settings: Settings, tokenizer: ChatTokenizer, root: Path, run_prefix: str) -> list[Result]:
     bench = Bench(settings, tokenizer, root, run_prefix)
     cal = await bench.calibrate(min(settings.latencies))
     results: list[Result] = []
@@ -523,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     args = parse_args(argv)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    # HF types decode's result as str | list[str]; for one list of ids (all the recorder passes) it is a str.
+    tokenizer = cast(ChatTokenizer, AutoTokenizer.from_pretrained(MODEL))
     s = args.settings
     print(
         f"run {args.run_prefix}: latencies {list(s.latencies)} s, n={s.workers}, group {s.group_size}, "

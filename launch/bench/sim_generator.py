@@ -1,4 +1,4 @@
-"""A simulated Generator: the ``Engine`` interface over a continuous-batching latency model.
+"""A simulated Generator: the ``policies.engine.Engine`` seam over a continuous-batching latency model.
 
 One engine loop advances every active sequence by one token per step, and a step with b
 sequences decoding takes ``t(b) = t0 + t1*b`` seconds (``policies.throughput.step_time``). At most
@@ -42,6 +42,7 @@ import anyio
 from actors.generator import GeneratorError, GeneratorStats
 from policies.chat import format_tool_call
 from policies.throughput import saturation_rate, step_time
+from policies.tokens import ChatTokenizer
 from policies.types import Generation, SamplingConfig, ToolCall
 
 Script = Callable[[list[int]], list[int]]
@@ -314,7 +315,7 @@ class LatencyToolScript:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: ChatTokenizer,
         *,
         tool_name: str,
         seconds: float,
@@ -343,7 +344,7 @@ class LatencyToolScript:
         return list(self.final_turn if self.turn_index(prompt_ids) >= self.turns - 1 else self.call_turn)
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
+def _encode(tokenizer: ChatTokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
