@@ -73,10 +73,9 @@ def test_the_steady_window_spans_whole_cycles_after_the_first_generation() -> No
     # C = 2, 2 cycles: from completion index 1 (t=4) to index 1 + 4 = 5 (t=12)
     done = [3.0, 4.0, 7.0, 8.0, 11.0, 12.0, 15.0, 16.0]
     assert steady_window(done[::-1], concurrency=2, cycles=2, started=0.0, ended=20.0) == (4.0, 12.0, True)
-    # too few completions, or cycles 0: from the start to the last completion
-    assert steady_window(done[:5], concurrency=2, cycles=2, started=0.5, ended=20.0) == (0.5, 11.0, False)
-    assert steady_window(done, concurrency=2, cycles=0, started=0.5, ended=20.0) == (0.5, 16.0, False)
-    # nothing completed (every episode failed): the whole run
+    # too few completions, or cycles 0: the whole run, its last evaluations and releases included
+    assert steady_window(done[:5], concurrency=2, cycles=2, started=0.5, ended=20.0) == (0.5, 20.0, False)
+    assert steady_window(done, concurrency=2, cycles=0, started=0.5, ended=20.0) == (0.5, 20.0, False)
     assert steady_window([], concurrency=1, cycles=2, started=1.0, ended=9.0) == (1.0, 9.0, False)
     with pytest.raises(ValueError, match="concurrency >= 1"):
         steady_window(done, concurrency=0, cycles=2, started=0.0, ended=1.0)

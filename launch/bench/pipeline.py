@@ -32,7 +32,8 @@ first generation, the ramp-up, is over) over ``cycles`` whole cycles, while the 
 is still in flight; the run is stopped there (``--faults`` runs to the end: every group counts).
 Achieved tok/s = tokens the engine emitted in the window / its length (whole cycles: exact for a
 periodic pipeline and for a saturated engine alike), E = achieved / limit, ``util`` = achieved /
-(B/t(B)). A run with too few completions for that (faults) is measured from its start instead.
+(B/t(B)). A run with too few completions for that (faults, ``--quick``) is measured whole, from its
+start to its end.
 ``E_run`` is E against the limit recomputed with the acquire time of the run itself (servers that
 start together share the CPU): E / E_run is what contention in acquisition cost; the per-episode
 decode and tool times beside the model's show the rest.

@@ -71,8 +71,10 @@ def steady_window(
     completions: Sequence[float], concurrency: int, cycles: int, started: float, ended: float
 ) -> tuple[float, float, bool]:
     """(start, end, steady): from the ``concurrency``-th completion over ``cycles`` whole cycles;
-    else (``cycles`` 0, or too few completions) from ``started`` to the last completion, or to
-    ``ended`` when none completed, with ``steady`` False."""
+    else (``cycles`` 0, or too few completions) the whole run, ``started`` to ``ended``, with
+    ``steady`` False: the run's last evaluations and releases are inside it, as they are inside the
+    per-episode cost of the limit it is compared with (ending at the last completion would leave
+    them out and measure above the limit by construction)."""
     if concurrency < 1 or cycles < 0:
         raise ValueError(f"steady_window needs concurrency >= 1 and cycles >= 0, got {concurrency}, {cycles}")
     if ended <= started:
@@ -81,7 +83,7 @@ def steady_window(
     first = concurrency - 1
     last = first + cycles * concurrency
     if cycles == 0 or last >= len(done):
-        return started, (done[-1] if done and done[-1] > started else ended), False
+        return started, ended, False
     return done[first], done[last], True
 
 
