@@ -58,7 +58,9 @@ class Evaluator:
         verdicts = []
         for index, spec in enumerate(task.evaluators):
             outcome = await self._one(task, trajectory, env, spec, index)
-            verdicts.append(Verdict(func=spec.func, op=spec.op, passed=outcome.passed, message=outcome.reason))
+            verdicts.append(
+                Verdict(func=spec.func, op=spec.op, passed=outcome.passed, message=outcome.reason)
+            )
         success = all(v.passed for v in verdicts)
         scoring = self._scoring
         tool = None

@@ -24,11 +24,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
+from actors.generator import GeneratorHandle
 from actors.remote import AsyncProxy, remote_class
+from actors.seams import EnvPoolSeam, EvaluatorSeam, GatewaySeam, LearnerSeam
 from actors.supervisor import SupervisedGenerator
 from specs.config import RunConfig
 
@@ -36,13 +38,14 @@ logger = logging.getLogger(__name__)
 
 
 class Actors(msgspec.Struct, kw_only=True):
-    """Proxies over the run's Ray actors (``await actors.learner.train_step(...)``)."""
+    """Proxies over the run's Ray actors, typed by their seams (``await actors.trainer.train_step(...)``)."""
 
-    pool: Any
-    gateway: Any
-    evaluator: Any
-    generator: Any
-    learner: Any
+    pool: EnvPoolSeam
+    gateway: GatewaySeam
+    evaluator: EvaluatorSeam
+    generator: GeneratorHandle
+    learner: LearnerSeam | None
+    """``None`` in an evaluation (``start_actors(learner=False)``); see ``trainer``."""
     handles: list[Any]
     weights_dir: str
     latest_weights: tuple[int, str] | None = None
@@ -50,6 +53,13 @@ class Actors(msgspec.Struct, kw_only=True):
     placement_group: Any = None
     """The GPU placement group, removed at shutdown (``None`` on CPU)."""
     sleep_while_training: bool = False
+
+    @property
+    def trainer(self) -> LearnerSeam:
+        """The learner; ``RuntimeError`` in a run started without one (an evaluation)."""
+        if self.learner is None:
+            raise RuntimeError("these actors were started without a learner (start_actors(learner=False))")
+        return self.learner
 
 
 class DevicePlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,18 +159,21 @@ def start_actors(
         )
         handles.append(trainer)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    # The supervisor reads the latest published weights when it re-syncs, long after this returns.
+    supervised = SupervisedGenerator(
+        cast(GeneratorHandle, AsyncProxy(generator)), lambda: actors.latest_weights
+    )
     actors = Actors(
-        pool=AsyncProxy(pool),
-        gateway=AsyncProxy(gateway),
-        evaluator=AsyncProxy(evaluator),
-        generator=None,
-        learner=AsyncProxy(trainer) if trainer is not None else None,
+        pool=cast(EnvPoolSeam, AsyncProxy(pool)),
+        gateway=cast(GatewaySeam, AsyncProxy(gateway)),
+        evaluator=cast(EvaluatorSeam, AsyncProxy(evaluator)),
+        generator=supervised,
+        learner=cast(LearnerSeam, AsyncProxy(trainer)) if trainer is not None else None,
         handles=handles,
         weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-", dir=shm),
         placement_group=group,
         sleep_while_training=plan.sleep_while_training,
     )
-    actors.generator = SupervisedGenerator(AsyncProxy(generator), lambda: actors.latest_weights)
     return actors
 
 
@@ -208,9 +221,9 @@ def _this_node() -> Any:
 
 async def publish_weights(actors: Actors) -> int:
     """Hand the learner's current weights to the generator; returns the new policy version."""
-    version: int = await actors.learner.get_version()
+    version: int = await actors.trainer.get_version()
     path = os.path.join(actors.weights_dir, f"weights-v{version}.safetensors")
-    await actors.learner.export_weights(path)
+    await actors.trainer.export_weights(path)
     previous, actors.latest_weights = actors.latest_weights, (version, path)
     if previous is not None and previous[1] != path:
         os.unlink(previous[1])  # one copy kept: what a restarted generator is re-synced to

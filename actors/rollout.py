@@ -123,7 +123,12 @@ class RolloutPipeline:
                 yield group
 
     async def _group(
-        self, task: TaskSpec, group_size: int, sampling: SamplingConfig, limits: EpisodeLimits, send: MemoryObjectSendStream[Group]
+        self,
+        task: TaskSpec,
+        group_size: int,
+        sampling: SamplingConfig,
+        limits: EpisodeLimits,
+        send: MemoryObjectSendStream[Group],
     ) -> None:
         group_id = f"{task.instance_id}/{uuid.uuid4().hex[:8]}"
         results: list[Trajectory | None] = [None] * group_size

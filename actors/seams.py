@@ -1,16 +1,17 @@
 """What the rollout pipeline and the drivers call on each actor: one protocol per seam.
 
-The plain classes (``EnvPool``, ``McpGateway``, ``Evaluator``, ``SupervisedGenerator``, ``Learner``)
-satisfy these, and so does an ``AsyncProxy`` over their Ray actor (typed through ``as_seam``); tests
-pass the plain classes or fakes that implement the same methods. Nothing here imports Ray.
+The plain classes (``EnvPool``, ``McpGateway``, ``Evaluator``, ``Learner``) satisfy these, and so
+does an ``AsyncProxy`` over their Ray actor (``actors.placement`` types it so); tests pass the plain
+classes or fakes that implement the same methods. The generator's seam is
+``actors.generator.GeneratorHandle``, the engine's ``policies.engine.Engine``. Nothing here imports
+Ray.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol
 
-from policies.engine import Engine
 from policies.types import ToolResult, ToolSpec, TrainSample
 from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from specs.task import TaskSpec
@@ -42,7 +43,9 @@ class GatewaySeam(Protocol):
         query: str = "",
     ) -> list[ToolSpec]: ...
 
-    async def call(self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float) -> ToolResult: ...
+    async def call(
+        self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float
+    ) -> ToolResult: ...
 
     async def is_broken(self, env_id: str) -> bool: ...
 
@@ -51,16 +54,6 @@ class GatewaySeam(Protocol):
 
 class EvaluatorSeam(Protocol):
     async def evaluate(self, task: TaskSpec, trajectory: Trajectory, env: EnvInfo) -> Score: ...
-
-
-class GeneratorSeam(Engine, Protocol):
-    async def update_weights(self, version: int, path: str) -> None: ...
-
-    async def get_version(self) -> int: ...
-
-    async def sleep(self) -> None: ...
-
-    async def wake_up(self) -> None: ...
 
 
 class LearnerSeam(Protocol):
@@ -75,13 +68,3 @@ class LearnerSeam(Protocol):
     async def save_checkpoint(self, dir: str) -> None: ...
 
     async def load_checkpoint(self, dir: str) -> None: ...
-
-
-S = TypeVar("S")
-
-
-def as_seam(proxy: object, seam: type[S]) -> S:
-    """An ``AsyncProxy`` over a Ray actor, typed as the seam its plain class implements."""
-    del seam  # the protocol is the static type; the proxy forwards every method at run time
-    return cast(S, proxy)
-

@@ -117,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ObservationRule JSON (default: rollout.observation_rule)",
     )
     parser.add_argument(
-        "--verbose", action="store_true", help="show Ray actor logs and library warnings (else in the run's log)"
+        "--verbose",
+        action="store_true",
+        help="show Ray actor logs and library warnings (else in the run's log)",
     )
     parser.add_argument("overrides", nargs="*", help="config overrides, key.path=value")
     return parser
@@ -280,7 +282,9 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
             with s.reporter.progress(f"{name} episodes", len(plan.tasks)) as advance:
                 groups = await s.pipeline().collect(plan.tasks, per_task, sampling, s.eval_limits, advance)
             trajectories = [t for g in groups for t in g.trajectories]
-            path = s.reporter.write_trajectories(f"eval-{plan.split}-{plan.tag}-{name}", trajectories, s.tokenizer)
+            path = s.reporter.write_trajectories(
+                f"eval-{plan.split}-{plan.tag}-{name}", trajectories, s.tokenizer
+            )
             rows = metrics_with_stderr(trajectories, plan.domains)
             lost = sum(lost_by_status(trajectories).values())
             mismatched = 0

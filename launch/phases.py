@@ -56,7 +56,7 @@ async def warm_start(s: Session, tasks: TaskStream, expert_ref: str) -> None:
             loss = float("nan")
             with s.reporter.progress(f"warm start epoch {epoch}", len(demos)) as advance:
                 for i in range(0, len(demos), batch):
-                    loss = (await s.actors.learner.sft_step(demos[i : i + batch], cfg.warmstart.lr))["loss"]
+                    loss = (await s.actors.trainer.sft_step(demos[i : i + batch], cfg.warmstart.lr))["loss"]
                     advance(n=len(demos[i : i + batch]))
             s.reporter.log("warmstart", epoch, {"loss": loss, "update_s": time.perf_counter() - started})
     await publish_weights(s.actors)

@@ -63,7 +63,9 @@ def episode_limits(cfg: RunConfig, max_turns: int | None = None) -> EpisodeLimit
 class Session:
     """The live run: config, tokenizer, actors, reporter, and the episode settings."""
 
-    def __init__(self, cfg: RunConfig, run_id: str, tokenizer: Any, actors: Actors, reporter: Reporter) -> None:
+    def __init__(
+        self, cfg: RunConfig, run_id: str, tokenizer: Any, actors: Actors, reporter: Reporter
+    ) -> None:
         self.cfg, self.run_id, self.tokenizer = cfg, run_id, tokenizer
         self.actors, self.reporter = actors, reporter
         self.env_config_for = env_config_resolver(load_server_registry(cfg.domain.servers), cfg.env)

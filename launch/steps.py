@@ -70,7 +70,7 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
     await actors.pool.sweep()  # past their time-to-live, or left by dead owners
     trajectories = [t for g in rollout.groups for t in g.trajectories]
     s.reporter.write_trajectories(f"step_{rollout.step:04d}", trajectories, s.tokenizer)
-    learner_version = await actors.learner.get_version()
+    learner_version = await actors.trainer.get_version()
     orchestrator.drop_stale(rollout, learner_version)
     if s.cfg.rollout.observation_rule is not None:  # train only on contexts the log rebuilds
         for _ in range(drop_unreplayable(rollout.groups, s.recorder)):
@@ -83,7 +83,7 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
     update: dict[str, float] = {}
     async with training_phase(actors):  # colocated on a GPU: the engine sleeps
         for _ in range(s.cfg.learner.epochs_per_step if samples else 0):
-            update = await actors.learner.train_step(samples)
+            update = await actors.trainer.train_step(samples)
     update_s = time.perf_counter() - started
     started = time.perf_counter()
     if samples:
@@ -146,10 +146,10 @@ async def save_step_checkpoint(s: Session, step: int, position: int, tasks: Cura
     """``<checkpoint_dir>/step-NNNN``: the learner's state, then ``progress.json`` (which makes the
     checkpoint complete); older step checkpoints beyond ``train.keep_checkpoints`` are removed."""
     directory = step_dir(s.cfg.checkpoint_dir, step)
-    await s.actors.learner.save_checkpoint(directory)
+    await s.actors.trainer.save_checkpoint(directory)
     progress = Progress(
         step=step,
-        version=await s.actors.learner.get_version(),
+        version=await s.actors.trainer.get_version(),
         position=position,
         curation=tasks.curator.state_dict() if tasks.curator is not None else None,
         run_id=s.run_id,

@@ -43,7 +43,10 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     resume = resolve_resume(cfg.train.resume, cfg.checkpoint_dir)
 
     async with open_session(cfg, run_id, learner=True, verbose=verbose) as s:
-        print(f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}", flush=True)
+        print(
+            f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}",
+            flush=True,
+        )
         await s.prewarm([*stream.tasks, *eval_tasks])
         tasks = CuratedTasks(s, stream)
         results: dict[str, dict[str, float]] = {}
@@ -56,7 +59,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
                 results["warmstart"] = await evaluate(s, eval_tasks, "warmstart", 0)
         else:  # the learner, the policy served, the task stream and curation
             progress = read_progress(resume)
-            await s.actors.learner.load_checkpoint(resume)
+            await s.actors.trainer.load_checkpoint(resume)
             await publish_weights(s.actors)
             stream.position = progress.position
             if tasks.curator is not None and progress.curation is not None:
@@ -71,7 +74,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
         await run_steps(s, tasks, eval_tasks, first_step)
 
         results["final"] = await evaluate(s, eval_tasks, "final", cfg.train.steps)
-        await s.actors.learner.save_checkpoint(cfg.checkpoint_dir)
+        await s.actors.trainer.save_checkpoint(cfg.checkpoint_dir)
         s.reporter.summary({f"{phase}/{k}": v for phase, m in results.items() for k, v in m.items()})
     print(summary_line(results), flush=True)
     return 0
@@ -88,10 +91,14 @@ def summary_line(results: dict[str, dict[str, float]]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", help="run config YAML (default: the embedded CPU demo)")
     parser.add_argument(
-        "--verbose", action="store_true", help="show Ray actor logs and library warnings (else in the run's log)"
+        "--verbose",
+        action="store_true",
+        help="show Ray actor logs and library warnings (else in the run's log)",
     )
     parser.add_argument("overrides", nargs="*", help="config overrides, key.path=value")
     return parser.parse_args(argv)

@@ -139,7 +139,11 @@ def _scores(returns: list[float], steps: list[int], calls: list[list[ToolCallRec
     out = []
     for r, t, log in zip(returns, steps, calls, strict=True):
         bonus = tool_bonus(log)
-        out.append(AdoptionScore(shaped_return=r, steps=t, step_bonus=tuple(bonus.get(k, 0.0) for k in range(1, t + 1))))
+        out.append(
+            AdoptionScore(
+                shaped_return=r, steps=t, step_bonus=tuple(bonus.get(k, 0.0) for k in range(1, t + 1))
+            )
+        )
     return out
 
 

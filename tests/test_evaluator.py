@@ -74,15 +74,23 @@ async def test_every_evaluator_must_pass_and_each_verdict_is_kept(env: EnvInfo) 
     )
     with anyio.fail_after(30):
         passed = await Evaluator(HOOKS).evaluate(spec, answered("The answer is 387."), env)
-        assert (passed.success, passed.task) == (True, 1.0) and [v.passed for v in passed.verdicts] == [True, True]
+        assert (passed.success, passed.task) == (True, 1.0) and [v.passed for v in passed.verdicts] == [
+            True,
+            True,
+        ]
         failed = await Evaluator(HOOKS).evaluate(spec, answered("The answer is 386."), env)
-    assert (failed.success, failed.task) == (False, 0.0) and [v.passed for v in failed.verdicts] == [False, True]
+    assert (failed.success, failed.task) == (False, 0.0) and [v.passed for v in failed.verdicts] == [
+        False,
+        True,
+    ]
     # families that are off are not computed: None, never 0.0
     assert (failed.tool, failed.reasoning, failed.adoption) == (None, None, None)
 
 
 async def test_no_final_answer_fails_generic_ops_without_crashing(env: EnvInfo) -> None:
-    score = await Evaluator(HOOKS).evaluate(task({"func": "number", "op": "=", "value": 1}), answered(None), env)
+    score = await Evaluator(HOOKS).evaluate(
+        task({"func": "number", "op": "=", "value": 1}), answered(None), env
+    )
     assert not score.success and score.verdicts[0].message == "no final answer"
 
 

@@ -40,7 +40,9 @@ async def test_one_episode_from_the_evaluator_to_the_loss_reads_only_the_typed_s
     [task] = load_tasks(DOMAIN / "tasks" / "train.json")[:1]
     evaluator = Evaluator(("specs.domains.calculator.hooks",), ScoringConfig(tool_reward=True))
     right, _, _ = await run_pipeline(tmp_path / "right", tokenizer, [task], 1, evaluator=evaluator)
-    wrong, _, _ = await run_pipeline(tmp_path / "wrong", tokenizer, [task], 1, wrong_once, evaluator=evaluator)
+    wrong, _, _ = await run_pipeline(
+        tmp_path / "wrong", tokenizer, [task], 1, wrong_once, evaluator=evaluator
+    )
     solved, failed = right[0].trajectories[0], wrong[0].trajectories[0]
     assert solved.score is not None and failed.score is not None
 

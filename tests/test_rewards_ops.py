@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rewards.ops import EvalOutcome, apply_func, evaluate_op, final_number
-from specs.evaluator_grammar import is_generic_op, parse_func
 from specs.errors import EvaluatorError
+from specs.evaluator_grammar import is_generic_op, parse_func
 
 
 @pytest.mark.parametrize(

@@ -173,9 +173,7 @@ async def test_a_server_that_cannot_start_fails_the_trajectory_not_the_step(
     )
     groups, pipeline, pool = await run_pipeline(tmp_path, tokenizer, [broken, task], 1, servers=registry)
     by_task = {g.task_id: g for g in groups}
-    assert (
-        by_task[task.instance_id].dropped is None and by_task[task.instance_id].trajectories[0].succeeded
-    )
+    assert by_task[task.instance_id].dropped is None and by_task[task.instance_id].trajectories[0].succeeded
     assert by_task["broken"].dropped == "infra_failed"
     assert "no such database" in (by_task["broken"].trajectories[0].error or "")
     assert pipeline.metrics.lost == {"infra_failed": 1} and pool.stats()["live"] == 0

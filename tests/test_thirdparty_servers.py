@@ -28,8 +28,8 @@ import pytest
 
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import Provisioner
-from specs.env import EnvConfig, EnvHandle, EnvInfo
 from policies.types import ToolResult
+from specs.env import EnvConfig, EnvHandle, EnvInfo
 from specs.servers import load_server_registry
 from tests.backends import BACKENDS, REPO, cmdlines, gone, make_backend, marked, run_id, unavailable
 

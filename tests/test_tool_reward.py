@@ -421,7 +421,9 @@ def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, str]:
 def _route_result(arguments: dict[str, Any]) -> ToolResult:
     # What the gateway answers a route call with (actors.mcp_gateway: the route tool is its own).
     hits = tuple(_searched(arguments["query"], arguments.get("k", 5)))
-    return ToolResult(text=route_observation(ROUTER, arguments), server="mcprl", read_only=True, route_hits=hits)
+    return ToolResult(
+        text=route_observation(ROUTER, arguments), server="mcprl", read_only=True, route_hits=hits
+    )
 
 
 def _conversation(*turns: dict[str, str]) -> list[dict[str, Any]]:

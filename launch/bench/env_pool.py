@@ -47,8 +47,8 @@ from actors.env_pool import EnvPool
 from actors.errors import EnvError
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import Provisioner, make_provisioner
-from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import ENV_MARKER
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from specs.servers import load_server_registry
 from specs.task import TaskSpec
 

@@ -21,10 +21,10 @@ import anyio.abc
 import psutil
 
 from actors.mcp_gateway import McpGateway
-from specs.env import EnvInfo, ServerLaunch
 from actors.provisioners.local import ENV_MARKER, LocalProvisioner, kill_marked_processes
 from launch.bench.sim_generator import SimulatedGenerator
 from policies.types import ToolResult, ToolSpec
+from specs.env import EnvInfo, ServerLaunch
 
 FAULTS = ("server", "env", "generator")
 

@@ -48,9 +48,9 @@ import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from actors.mcp_gateway import McpGateway
-from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from actors.provisioners.local import LocalProvisioner
 from launch.bench.env_pool import percentile
+from specs.env import EnvConfig, EnvInfo, ServerLaunch
 
 EDGE_SERVER = Path(__file__).resolve().parents[2] / "tests" / "servers" / "edge_server.py"
 SERVER = ServerLaunch(name="edge", command=sys.executable, args=(str(EDGE_SERVER),))

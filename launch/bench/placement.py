@@ -34,8 +34,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
