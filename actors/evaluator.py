@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
+import msgspec
 
 from actors.provisioners.base import make_provisioner
 from policies.batch import turn_spans
@@ -61,16 +62,27 @@ class Evaluator:
             verdicts.append(
                 Verdict(func=spec.func, op=spec.op, passed=outcome.passed, message=outcome.reason)
             )
-        success = all(v.passed for v in verdicts)
+        score = Score.of(tuple(verdicts))
+        try:
+            return await self._families(task, trajectory, score)
+        except Exception as e:  # a reward family that cannot be computed drops the episode, loudly
+            raise EvaluatorError(
+                f"task {task.instance_id}: a reward family failed: {type(e).__name__}: {e}"
+            ) from e
+
+    async def _families(self, task: TaskSpec, trajectory: Trajectory, score: Score) -> Score:
+        """``score`` with each reward family the run switched on (``specs.scoring``)."""
         scoring = self._scoring
-        tool = None
+        tool: float | None = None
+        reasoning: float | None = None
+        adoption: AdoptionScore | None = None
         if scoring.tool_reward:
-            tool = trajectory_tool_reward(trajectory, task.reference_calls, success=success).total
-        reasoning = None
+            tool = trajectory_tool_reward(trajectory, task.reference_calls, success=score.success).total
         if self._reasoning is not None:
             reasoning = await anyio.to_thread.run_sync(self._reasoning_score, task, trajectory)
-        adoption = _adoption(trajectory, success, scoring.adoption) if scoring.adoption else None
-        return Score.of(tuple(verdicts), tool=tool, reasoning=reasoning, adoption=adoption)
+        if scoring.adoption is not None:
+            adoption = _adoption(trajectory, score.success, scoring.adoption)
+        return msgspec.structs.replace(score, tool=tool, reasoning=reasoning, adoption=adoption)
 
     def _reasoning_score(self, task: TaskSpec, trajectory: Trajectory) -> float:
         """R_reasoning over the reasoning of every model turn (MCPDisCo eqs. 1-4)."""

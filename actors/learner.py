@@ -48,8 +48,6 @@ if TYPE_CHECKING:
     from specs.algorithm import GrpoConfig
     from specs.config import LearnerConfig
 
-__all__ = ["Learner", "LearnerError", "remote_learner"]
-
 _DTYPES = ("float32", "bfloat16")
 
 

@@ -10,9 +10,10 @@ Ray.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-from policies.types import ToolResult, ToolSpec, TrainSample
+from policies.react import ToolCaller
+from policies.types import ToolSpec, TrainSample
 from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from specs.task import TaskSpec
 from specs.trajectory import Score, Trajectory
@@ -30,7 +31,9 @@ class EnvPoolSeam(Protocol):
     async def reap_leftovers(self) -> int: ...
 
 
-class GatewaySeam(Protocol):
+class GatewaySeam(ToolCaller, Protocol):
+    """The agent loop's ``ToolCaller`` (``call``), plus what the pipeline does around an episode."""
+
     async def open(
         self,
         env: EnvInfo,
@@ -42,10 +45,6 @@ class GatewaySeam(Protocol):
         top_k: int | None = None,
         query: str = "",
     ) -> list[ToolSpec]: ...
-
-    async def call(
-        self, env_id: str, name: str, arguments: dict[str, Any], timeout_s: float
-    ) -> ToolResult: ...
 
     async def is_broken(self, env_id: str) -> bool: ...
 

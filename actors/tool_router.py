@@ -8,10 +8,10 @@ This module is the pure part of both (no MCP, no Ray):
   split into words (``_``, ``-``, camelCase), description, and parameter names and descriptions.
   Tokenisation is deterministic: lowercase words, a small stopword list, plural ``s`` stripped.
 - ``ROUTE_TOOL`` is the built-in ``route`` tool; the gateway lists it next to (or instead of) the
-  server tools and answers a call to it with ``route_observation(router, arguments)`` itself, with
-  no MCP server involved: ``name(args?): description`` lines. It never raises: bad arguments come
-  back as a message for the model. ``route_answer`` gives the same answer as data: the hit names,
-  best first (``ToolResult.route_hits``), each with its line of the observation.
+  server tools and answers a call to it itself, with no MCP server involved, from
+  ``route_answer(router, arguments)``: the hit names, best first (``ToolResult.route_hits``), each
+  with its ``name(args?): description`` line of the observation (``route_observation``: the text
+  alone). It never raises: bad arguments come back as a message for the model.
 - ``visible_tools(router, query, k)`` is the "top-k tools" option: the tools to list in the system
   prompt for a query. The gateway computes it once per episode, for the task instruction (a
   re-retrieval every turn would rewrite the prompt mid-episode).

@@ -25,7 +25,7 @@ to ``<run_dir>/eval-<split>-<model>.json`` (``--output`` elsewhere), the episode
 argument, the config, a task file, the model path), said before anything starts; 1 when every
 episode was lost to infrastructure; 130 when interrupted.
 
-``--observation-rule`` (a JSON ``policies.observations.ObservationRule``; default: the config's
+``--observation-rule`` (a JSON ``specs.observation_rule.ObservationRule``; default: the config's
 ``rollout.observation_rule``) is applied at every step as in training, recorded in the JSON, and each
 episode's logged rule records are replayed against its tokens (``policies.replay``): the count of
 episodes whose log does not rebuild them is reported as ``replay_mismatch`` (expected 0). Not here:
@@ -207,10 +207,7 @@ class EvalPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 def plan_eval(args: argparse.Namespace) -> EvalPlan:
     """Load and check the config, the model path and the split's tasks; ``SpecError`` on bad input."""
-    from specs.check import check_task_semantics
-    from specs.errors import raise_all
-    from specs.servers import load_server_registry
-    from specs.task import load_tasks
+    from specs.check import load_checked_tasks
 
     cfg = load_run_config(args.config, args.overrides)
     model_dir = resolve_model_dir(args.model)
@@ -219,11 +216,9 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
         rollout = msgspec.structs.replace(cfg.rollout, observation_rule=args.observation_rule)
         cfg = msgspec.structs.replace(cfg, rollout=rollout)
     task_file = cfg.domain.eval_tasks if args.split == "eval" else cfg.domain.tasks
-    tasks = load_tasks(task_file)[: args.limit]
+    tasks = load_checked_tasks(task_file, cfg.domain.servers, cfg.domain.hook_modules, args.limit)
     if not tasks:
         raise SpecError(task_file, "tasks", "no task in the file; expected at least one to evaluate")
-    registry = load_server_registry(cfg.domain.servers)
-    raise_all(check_task_semantics(tasks, task_file, registry, cfg.domain.hook_modules)[0])
     tag = model_tag(model_dir)
     return EvalPlan(
         cfg=cfg,

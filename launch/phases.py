@@ -16,7 +16,6 @@ from launch.tasks import TaskStream
 from policies.batch import demonstration_samples
 from policies.metrics import episode_metrics
 from policies.scripted import Respond, ScriptedEngine
-from specs.registry import resolve_import
 from specs.task import TaskSpec
 
 
@@ -33,12 +32,11 @@ async def evaluate(s: Session, tasks: Sequence[TaskSpec], phase: str, step: int)
     return metrics
 
 
-async def warm_start(s: Session, tasks: TaskStream, expert_ref: str) -> None:
-    """Supervised training on the episodes of the domain's expert (``domain.expert``, an import
-    string) that succeeded: the expert runs through the same environments, gateway and token
-    recording as the policy."""
+async def warm_start(s: Session, tasks: TaskStream, expert: Respond) -> None:
+    """Supervised training on the episodes of the domain's expert (``domain.expert``) that
+    succeeded: the expert runs through the same environments, gateway and token recording as the
+    policy."""
     cfg = s.cfg
-    expert: Respond = resolve_import(expert_ref)
     started = time.perf_counter()
     with s.reporter.progress("expert demonstrations", cfg.warmstart.demonstrations) as advance:
         groups = await s.pipeline(lambda task: ScriptedEngine(s.tokenizer, expert, task)).collect(

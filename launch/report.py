@@ -2,7 +2,8 @@
 
 ``Reporter.log(phase, step, metrics)`` prints one aligned row (the columns that matter), appends
 every metric to ``<run_dir>/metrics.jsonl`` and logs it to W&B under ``<phase>/<name>``; ``write_trajectories`` writes one JSON object per
-trajectory (token ids, masks, decoded text, tool calls, reward) to ``<run_dir>/trajectories/``.
+trajectory (token ids, masks, decoded text, tool-call records, the Evaluator's score) to
+``<run_dir>/trajectories/``.
 W&B is offline unless the config says otherwise; ``wandb sync <run_dir>/wandb/...`` uploads later.
 An offline run says so once, at ``close`` (``launch/console.py`` silences wandb's own notices).
 """

@@ -10,7 +10,6 @@ training did. On exit, however it exits, every actor and environment is shut dow
 from __future__ import annotations
 
 import contextlib
-import typing
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -26,21 +25,10 @@ from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
 from policies.thought import THINK_INSTRUCTIONS
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
-from specs.check import check_task_semantics
 from specs.config import RunConfig
 from specs.env import EnvConfig
-from specs.errors import raise_all
 from specs.servers import load_server_registry
-from specs.task import TaskSpec, load_tasks
-
-
-def load_checked_tasks(cfg: RunConfig, path: str) -> list[TaskSpec]:
-    """The tasks of ``path``, refused now rather than mid-run for unknown servers, ops or hooks
-    and unset ``{{VAR}}``s (``SpecError`` naming the file and the field)."""
-    tasks = load_tasks(path)
-    registry = load_server_registry(cfg.domain.servers)
-    raise_all(check_task_semantics(tasks, path, registry, cfg.domain.hook_modules)[0])
-    return tasks
+from specs.task import TaskSpec
 
 
 def system_prompt(cfg: RunConfig) -> str:
@@ -102,10 +90,11 @@ class Session:
         )
 
     def _generator(self, task: TaskSpec) -> Engine:
-        return typing.cast(Engine, self.actors.generator)
+        return self.actors.generator
 
     async def prewarm(self, tasks: Sequence[TaskSpec]) -> None:
-        """Create ``env.prewarm`` environments for each configuration more than one task shares."""
+        """Create ``env.prewarm`` environments for each configuration more than one of ``tasks``
+        (the training tasks) shares."""
         if not self.cfg.env.prewarm:
             return
         configs: dict[str, EnvConfig] = {}

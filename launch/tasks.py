@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from launch.session import Session
 from rewards.adoption import PassRateCurator
 from specs.task import TaskSpec
+
+if TYPE_CHECKING:  # the stream is plain data; only curation runs episodes
+    from launch.session import Session
 
 
 class TaskStream:

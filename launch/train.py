@@ -33,13 +33,22 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     from actors.placement import publish_weights
     from launch.checkpoints import read_progress, resolve_resume
     from launch.phases import evaluate, warm_start
-    from launch.session import load_checked_tasks, open_session
+    from launch.session import open_session
     from launch.steps import run_steps
     from launch.tasks import CuratedTasks, TaskStream
+    from specs.check import load_checked_tasks
+    from specs.registry import resolve_import
 
     run_id = f"{cfg.run_name}-{uuid.uuid4().hex[:6]}"
-    stream = TaskStream(load_checked_tasks(cfg, cfg.domain.tasks)[: cfg.train.curation_pool], cfg.seed)
-    eval_tasks = load_checked_tasks(cfg, cfg.domain.eval_tasks)[: cfg.train.eval_tasks_limit]
+    domain = cfg.domain  # refused now, not mid-run: the tasks, their servers, ops and hooks, the expert
+    train_tasks = load_checked_tasks(
+        domain.tasks, domain.servers, domain.hook_modules, cfg.train.curation_pool
+    )
+    eval_tasks = load_checked_tasks(
+        domain.eval_tasks, domain.servers, domain.hook_modules, cfg.train.eval_tasks_limit
+    )
+    expert = resolve_import(domain.expert) if cfg.warmstart.enabled and domain.expert else None
+    stream = TaskStream(train_tasks, cfg.seed)
     resume = resolve_resume(cfg.train.resume, cfg.checkpoint_dir)
 
     async with open_session(cfg, run_id, learner=True, verbose=verbose) as s:
@@ -47,15 +56,15 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
             f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}",
             flush=True,
         )
-        await s.prewarm([*stream.tasks, *eval_tasks])
+        await s.prewarm(train_tasks)
         tasks = CuratedTasks(s, stream)
         results: dict[str, dict[str, float]] = {}
         first_step = 1
 
         if resume is None:
             results["base"] = await evaluate(s, eval_tasks, "base", 0)
-            if cfg.warmstart.enabled and cfg.domain.expert:
-                await warm_start(s, stream, cfg.domain.expert)
+            if expert is not None:
+                await warm_start(s, stream, expert)
                 results["warmstart"] = await evaluate(s, eval_tasks, "warmstart", 0)
         else:  # the learner, the policy served, the task stream and curation
             progress = read_progress(resume)

@@ -56,7 +56,9 @@ Choices where the paper is silent or ambiguous (each is a documented default, no
   when the caller passes ``success`` (the task's evaluators), it must also be true.
 - Route recall reads the tools a route call returned from its record (``ToolCallRecord.route_hits``,
   filled by the gateway's router, best first). A route call that failed or returned no hit recalls
-  nothing; so does one whose record has no hits (``None``).
+  nothing; so does one whose record has no hits (``None``). Recall scores the route *action* (did
+  its query retrieve the reference tools), so it counts whether or not the model went on to read
+  the answer (a route call on the last turn, or an answer an observation rule later replaced).
 
 From a recorded trajectory: ``trajectory_tool_reward(trajectory, task.reference_calls, success=...)``
 takes its call log and final answer; it is called by the Evaluator (``actors/evaluator.py``), the one

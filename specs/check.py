@@ -57,6 +57,17 @@ def detect_kind(data: Any) -> str:
     return "unknown"
 
 
+def load_checked_tasks(
+    path: str, servers: str, hook_modules: Sequence[str], limit: int | None = None
+) -> list[TaskSpec]:
+    """The first ``limit`` tasks of ``path`` (all with ``None``), refused now rather than mid-run
+    for unknown servers (of the server list ``servers``), ops or hooks, and unset ``{{VAR}}``s:
+    ``SpecError`` naming the file, the task and the field."""
+    tasks = load_tasks(path)[:limit]
+    raise_all(check_task_semantics(tasks, path, load_server_registry(servers), hook_modules)[0])
+    return tasks
+
+
 def check_task_semantics(
     tasks: Sequence[TaskSpec], file: str, servers: ServerRegistry | None, hooks: Sequence[str]
 ) -> tuple[list[SpecError], int]:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from specs.algorithm import GrpoConfig as GrpoConfig  # re-exported: the `algorithm` section
+from specs.algorithm import GrpoConfig
 from specs.config_loading import load_config
 from specs.observation_rule import ObservationRule
 

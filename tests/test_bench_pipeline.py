@@ -18,16 +18,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from transformers import AutoTokenizer
 
 from launch.bench import pipeline as bench
-from launch.bench.pipeline import (
-    CpuSampler,
-    Mode,
-    Result,
-    episodes_needed,
-    modes,
-    speedup,
-    steady_window,
-    summary_line,
-)
+from launch.bench.faults import CpuSampler
+from launch.bench.pipeline_modes import Mode, episodes_needed, modes, steady_window
+from launch.bench.pipeline_report import Result, speedup, summary_line
 from launch.bench.sim_generator import GeneratorDown, LatencyToolScript, SimulatedGenerator
 from policies.react import build_messages
 from policies.throughput import Limit

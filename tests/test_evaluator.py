@@ -15,6 +15,7 @@ from rewards.ops import EvalOutcome
 from specs.env import EnvConfig, EnvHandle, EnvInfo
 from specs.errors import EvaluatorError
 from specs.registry import evaluator
+from specs.scoring import AdoptionScoring, ScoringConfig
 from specs.task import TaskSpec, parse_tasks
 from specs.trajectory import Trajectory
 
@@ -101,3 +102,27 @@ async def test_a_crashing_or_unknown_evaluator_is_an_error_never_a_zero(env: Env
         await Evaluator(HOOKS).evaluate(task({"func": "raw", "op": "test.missing"}), answered("x"), env)
     with pytest.raises(EvaluatorError, match="no evaluators"):
         await Evaluator(HOOKS).evaluate(TaskSpec(instance_id="t", instruction="do it"), answered("x"), env)
+
+
+class BrokenScorer:
+    """A reasoning scorer whose model cannot be used (as when its package fails to load)."""
+
+    fmt = "think"
+
+    def score(self, instruction: str, reasoning: str, *, turns: Any = ()) -> Any:
+        raise OSError("all-MiniLM-L6-v2 is not installed")
+
+
+async def test_a_reward_family_that_cannot_be_computed_is_an_evaluator_error_never_a_zero(
+    env: EnvInfo,
+) -> None:
+    spec = task({"func": "number", "op": "=", "value": 1})
+    scorer = Evaluator(HOOKS, ScoringConfig(reasoning_format="think"), reasoning_scorer=BrokenScorer())  # type: ignore[arg-type]
+    with pytest.raises(EvaluatorError, match="task t: a reward family failed: OSError: all-MiniLM"):
+        await scorer.evaluate(spec, answered("1"), env)
+    adoption = AdoptionScoring(lambda_len=0.05, lambda_cap=0.2, lambda_mcp=0.1, max_steps=4)
+    scored = await Evaluator(HOOKS, ScoringConfig(adoption=adoption)).evaluate(spec, answered("1"), env)
+    assert scored.success and scored.adoption is not None and (scored.tool, scored.reasoning) == (None, None)
+    # one step (no recorded turn counts as one), success: R = 1 - 0.05 * 1/4 = 0.9875, no call, no bonus
+    assert (scored.adoption.steps, scored.adoption.step_bonus) == (1, (0.0,))
+    assert scored.adoption.shaped_return == pytest.approx(0.9875)

@@ -15,11 +15,13 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from actors.learner import Learner, LearnerError
+from actors.learner import Learner
+from actors.learner_batch import LearnerError
 from actors.learner_losses import policy_loss
 from policies.surgery import assign_grads, cosine, flatten_grads, project
 from policies.types import TrainSample
-from specs.config import GrpoConfig, LearnerConfig
+from specs.algorithm import GrpoConfig
+from specs.config import LearnerConfig
 
 VOCAB = 512
 

@@ -1,4 +1,5 @@
-"""Layout check: no module of the five layers is over 500 lines (``launch/module_sizes.py``)."""
+"""Layout check: no module of the five layers is over 500 lines, and the median is under 150
+(``launch/module_sizes.py``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ def test_no_module_in_specs_rewards_policies_actors_or_launch_is_over_500_lines(
     assert not over, f"modules over {MAX_LINES} lines (split them): " + ", ".join(
         f"{path} ({lines})" for path, lines in sorted(over.items())
     )
+
+
+def test_the_median_module_stays_under_150_lines() -> None:
+    # the house style (CONVENTIONS.md): small modules; a split that leaves two big halves shows here
+    sizes = sorted(module_sizes(REPO).values())
+    middle = len(sizes) // 2
+    median = sizes[middle] if len(sizes) % 2 else (sizes[middle - 1] + sizes[middle]) / 2
+    assert median < 150, f"median module is {median} lines over {len(sizes)} modules; expected < 150"
 
 
 def test_sizes_count_lines_per_module_and_leave_out_empty_package_markers(tmp_path: Path) -> None:

@@ -15,12 +15,15 @@ import pytest
 import torch
 
 from actors.evaluator import Evaluator
+from launch.steps import step_samples
 from policies.advantages import group_advantages
 from policies.batch import rl_samples
 from policies.losses import ppo_clip_loss
 from policies.metrics import episode_metrics
+from specs.config import load_run_config
 from specs.scoring import ScoringConfig
 from specs.task import load_tasks
+from specs.trajectory import Score, Trajectory, Verdict
 from tests.test_rollout import DOMAIN, REPO, run_pipeline, wrong_once
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +75,38 @@ async def test_one_episode_from_the_evaluator_to_the_loss_reads_only_the_typed_s
             assert float(loss) == pytest.approx(-advantage)
     with pytest.raises(ValueError, match=r"no reasoning reward \(Score.reasoning is None\)"):
         rl_samples([group], reasoning=True)
+
+
+def _scored(group: str, success: bool, **families: Any) -> Trajectory:
+    return Trajectory(
+        task_id=group,
+        group_id=group,
+        token_ids=[1, 2, 3],
+        trainable=[0, 1, 1],
+        logprobs=[0.0, -0.5, -0.5],
+        versions=[0],
+        messages=[],
+        num_turns=1,
+        score=Score.of((Verdict(func="raw", op="=", passed=success),), **families),
+    )
+
+
+def test_the_config_picks_which_family_of_the_score_each_stream_learns_from() -> None:
+    # task [1, 0] and tool [2, 6]: the outcome gives A = [+0.71, -0.71], the tool family the opposite
+    group = [_scored("g", True, tool=2.0, reasoning=0.9), _scored("g", False, tool=6.0, reasoning=0.1)]
+    plain = step_samples(load_run_config(None, []), [group])
+    assert [s.advantage for s in plain] == pytest.approx([0.7071, -0.7071], abs=1e-4)
+    tool = step_samples(load_run_config(None, ["algorithm.tool_reward=true"]), [group])
+    assert [s.advantage for s in tool] == pytest.approx([-0.7071, 0.7071], abs=1e-4)
+    both = load_run_config(None, ["rollout.reasoning_format=think", "algorithm.reasoning_reward=true"])
+    assert [s.reasoning_advantage for s in step_samples(both, [group])] == pytest.approx(
+        [0.7071, -0.7071], abs=1e-4
+    )
+
+
+def test_a_family_the_config_trains_on_but_the_score_lacks_is_refused_not_read_as_zero() -> None:
+    group = [_scored("g", True), _scored("g", False)]  # an Evaluator that computed no family
+    with pytest.raises(ValueError, match=r"no tool reward \(Score.tool is None\)"):
+        step_samples(load_run_config(None, ["algorithm.tool_reward=true"]), [group])
+    with pytest.raises(ValueError, match=r"no adoption score \(Score.adoption is None\)"):
+        step_samples(load_run_config(None, ["algorithm.returns=adoption"]), [group])

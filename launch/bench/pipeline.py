@@ -93,7 +93,7 @@ from launch.bench.pipeline_modes import (
     steady_window,
     tasks,
 )
-from launch.bench.pipeline_report import Result, mean, speedup, summary_line, table
+from launch.bench.pipeline_report import Result, mean, summary_line, table
 from launch.bench.sim_generator import Episode, EpisodeEngine, LatencyToolScript, SimulatedGenerator
 from policies.react import EpisodeLimits
 from policies.throughput import Workload, physical_limit
@@ -101,20 +101,6 @@ from policies.tokens import ChatRecorder, ChatTokenizer
 from policies.types import SamplingConfig
 from specs.servers import parse_server_registry
 from tests.servers.latency_server import REGISTRY, SERVER_NAME, TOOL
-
-__all__ = [  # the bench's parts, importable from here as before the split
-    "CpuSampler",
-    "Mode",
-    "Result",
-    "Settings",
-    "episodes_needed",
-    "main",
-    "modes",
-    "parse_args",
-    "speedup",
-    "steady_window",
-    "summary_line",
-]
 
 MODEL = Path(__file__).resolve().parents[2] / ".cache" / "models" / "SmolLM2-135M-Instruct"
 COSTS = ("acquire_s", "evaluate_s", "release_s", "tool_overhead_s", "turn_overhead_s")
