@@ -340,10 +340,7 @@ class GeneratorActor:
     """The Ray actor body: a ``VllmEngine`` built inside the actor process, methods passed through."""
 
     def __init__(self, **engine_kwargs: Any) -> None:
-        import os
-
-        # vLLM's INFO/WARNING start-up chatter drowns the training table; the user's own setting wins.
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        # vLLM's start-up lines go to the run's log with the rest of the actor's output (launch.console)
         self._engine = VllmEngine(**engine_kwargs)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
