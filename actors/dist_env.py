@@ -6,10 +6,12 @@ probed and then bound later, so no other process can take it in between), and th
 from that store. DeepSpeed's ``init_distributed`` then finds torch.distributed initialized and uses
 it. A ``MASTER_PORT`` the user set is theirs: then the group is made the usual way (``env://``) on
 that port. A second call in a process that already has its group (a second learner) reuses it.
+The group this module made is destroyed at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 from typing import Any
@@ -43,4 +45,14 @@ def init_single_process_dist(backend: str) -> None:
     ensure_single_process_dist_env()
     if not dist.is_initialized() and "MASTER_PORT" not in os.environ:
         dist.init_process_group(backend, store=rendezvous_store(), rank=0, world_size=1)
+        # Tear the group (and its store's server thread) down before the interpreter does: a store
+        # destroyed during interpreter shutdown can abort the process ("terminate called ...").
+        atexit.register(_destroy_group)
     deepspeed.init_distributed(dist_backend=backend)
+
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
