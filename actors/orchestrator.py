@@ -29,13 +29,16 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
 
 import anyio
 import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from actors.groups import Group
 from actors.rollout import RolloutPipeline
+from policies.react import EpisodeLimits
+from policies.types import SamplingConfig
+from specs.task import TaskSpec
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +69,12 @@ class StepOrchestrator:
         self,
         *,
         pipeline: Callable[[], RolloutPipeline],
-        draw: Callable[[int], Sequence[Any]],
+        draw: Callable[[int], Sequence[TaskSpec]],
         position: Callable[[], int],
         version: Callable[[], Awaitable[int]],
         group_size: int,
-        sampling: Any,
-        limits: Any,
+        sampling: SamplingConfig,
+        limits: EpisodeLimits,
         max_staleness: int,
         prepare: Callable[[int], Awaitable[None]] | None = None,
         on_group: Callable[[int, Group], None] | None = None,
@@ -108,7 +111,9 @@ class StepOrchestrator:
                 raise group.exceptions[0] from None
             raise
 
-    async def _in_order(self, receive: Any, first: int, last: int) -> AsyncIterator[StepRollout]:
+    async def _in_order(
+        self, receive: MemoryObjectReceiveStream[StepRollout], first: int, last: int
+    ) -> AsyncIterator[StepRollout]:
         ready: dict[int, StepRollout] = {}
         for step in range(first, last + 1):
             while step not in ready:
@@ -138,7 +143,7 @@ class StepOrchestrator:
         self.stale_dropped += dropped
         return dropped
 
-    async def _produce(self, first: int, last: int, send: Any) -> None:
+    async def _produce(self, first: int, last: int, send: MemoryObjectSendStream[StepRollout]) -> None:
         async with send, anyio.create_task_group() as tg:
             for step in range(first, last + 1):
                 queued = time.perf_counter()
@@ -155,7 +160,13 @@ class StepOrchestrator:
                 )
 
     async def _collect(
-        self, step: int, tasks: list[Any], position: int, version: int, waited: float, send: Any
+        self,
+        step: int,
+        tasks: list[TaskSpec],
+        position: int,
+        version: int,
+        waited: float,
+        send: MemoryObjectSendStream[StepRollout],
     ) -> None:
         pipeline = self._pipeline()
         started = time.perf_counter()
