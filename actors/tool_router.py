@@ -10,8 +10,8 @@ This module is the pure part of both (no MCP, no Ray):
 - ``ROUTE_TOOL`` is the built-in ``route`` tool; the gateway lists it next to (or instead of) the
   server tools and answers a call to it itself, with no MCP server involved, from
   ``route_answer(router, arguments)``: the hit names, best first (``ToolResult.route_hits``), each
-  with its ``name(args?): description`` line of the observation (``route_observation``: the text
-  alone). It never raises: bad arguments come back as a message for the model.
+  with its ``name(args?): description`` line of the observation (``RouteAnswer.text``). It never
+  raises: bad arguments come back as a message for the model.
 - ``visible_tools(router, query, k)`` is the "top-k tools" option: the tools to list in the system
   prompt for a query. The gateway computes it once per episode, for the task instruction (a
   re-retrieval every turn would rewrite the prompt mid-episode).
@@ -169,11 +169,6 @@ def route_answer(router: ToolRouter, arguments: object) -> RouteAnswer:
         hits=tuple(tool.name for tool, _ in hits),
         lines=tuple(f"{tool.name}({signature(tool)}): {one_line(tool.description)}" for tool, _ in hits),
     )
-
-
-def route_observation(router: ToolRouter, arguments: object) -> str:
-    """What the model reads after calling ``route``: matching tools, one per line, or why not."""
-    return route_answer(router, arguments).text
 
 
 def signature(tool: ToolSpec) -> str:

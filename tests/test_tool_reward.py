@@ -18,7 +18,7 @@ import msgspec
 import pytest
 from transformers import AutoTokenizer
 
-from actors.tool_router import ToolRouter, route_observation
+from actors.tool_router import ToolRouter, route_answer
 from policies.chat import format_tool_call, format_tool_result
 from policies.react import EpisodeLimits, build_messages, run_episode
 from policies.scripted import ScriptedEngine
@@ -379,7 +379,7 @@ def test_bad_weights_are_refused_naming_the_field() -> None:
 
 # --- From a recorded trajectory: route hits from the call records, expert episodes --------------------
 #
-# Observations are built with the real formatters (``route_observation``, ``format_tool_result``,
+# Observations are built with the real formatters (``route_answer``, ``format_tool_result``,
 # ``format_tool_call``), so a change of either format breaks these tests rather than the reward.
 
 CALCULATE = ToolSpec(
@@ -420,10 +420,8 @@ def _assistant_call(name: str, arguments: dict[str, Any]) -> dict[str, str]:
 
 def _route_result(arguments: dict[str, Any]) -> ToolResult:
     # What the gateway answers a route call with (actors.mcp_gateway: the route tool is its own).
-    hits = tuple(_searched(arguments["query"], arguments.get("k", 5)))
-    return ToolResult(
-        text=route_observation(ROUTER, arguments), server="mcprl", read_only=True, route_hits=hits
-    )
+    answer = route_answer(ROUTER, arguments)
+    return ToolResult(text=answer.text, server="mcprl", read_only=True, route_hits=answer.hits)
 
 
 def _conversation(*turns: dict[str, str]) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ from actors.tool_router import (
     ToolRouter,
     one_line,
     route_answer,
-    route_observation,
     tokenize,
     visible_tools,
 )
@@ -134,7 +133,7 @@ def test_zero_tools() -> None:
     empty = ToolRouter([])
     assert empty.search("anything", 5) == []
     assert (
-        route_observation(empty, {"query": "anything"})
+        route_answer(empty, {"query": "anything"}).text
         == "route: no tools are available in this environment."
     )
     assert visible_tools(empty, "anything", 3) == [ROUTE_TOOL]
@@ -159,13 +158,13 @@ def test_route_tool_spec() -> None:
 
 
 def test_route_observation_format(router: ToolRouter) -> None:
-    assert route_observation(router, {"query": "show recent commits", "k": 2}) == (
+    assert route_answer(router, {"query": "show recent commits", "k": 2}).text == (
         "git__git_log(max_count): Show the commit history (most recent commits first).\n"
         "git__git_diff(target): Show changes between the working tree and a commit."
     )
-    assert len(route_observation(router, {"query": "weather"}).splitlines()) == 3  # only 3 weather tools
+    assert len(route_answer(router, {"query": "weather"}).text.splitlines()) == 3  # only 3 weather tools
     long = ToolRouter([_tool("s", "t", "word " * 100 + "\nsecond line")])
-    (line,) = route_observation(long, {"query": "word"}).splitlines()
+    (line,) = route_answer(long, {"query": "word"}).text.splitlines()
     assert (
         line.startswith("s__t(): word word") and line.endswith("...") and len(line) == len("s__t(): ") + 200
     )
@@ -192,7 +191,7 @@ def test_route_observation_format(router: ToolRouter) -> None:
     ],
 )
 def test_route_observation_bad_arguments(router: ToolRouter, arguments: Any, message: str) -> None:
-    assert route_observation(router, arguments) == message
+    assert route_answer(router, arguments).text == message
     assert route_answer(router, arguments) == RouteAnswer(message=message)  # no hits
 
 
@@ -201,7 +200,6 @@ def test_the_route_answer_names_the_tools_its_observation_lists_best_first(route
     assert answer.message is None and len(answer.hits) == 3
     assert answer.hits == tuple(line.split("(", 1)[0] for line in answer.text.splitlines())
     assert answer.hits == tuple(t.name for t, _ in router.search("weather forecast for a city", 4))
-    assert route_observation(router, {"query": "weather forecast for a city", "k": 4}) == answer.text
 
 
 def test_a_route_answer_cut_to_the_output_limit_keeps_whole_lines_and_only_their_hits(
