@@ -43,7 +43,8 @@ class Actors(msgspec.Struct, kw_only=True):
     pool: EnvPoolSeam
     gateway: GatewaySeam
     evaluator: EvaluatorSeam
-    generator: GeneratorHandle
+    engine: GeneratorHandle | None
+    """``None`` when the episodes come from a scripted policy (``start_actors(generator=False)``)."""
     learner: LearnerSeam | None
     """``None`` in an evaluation (``start_actors(learner=False)``); see ``trainer``."""
     handles: list[Any]
@@ -53,6 +54,15 @@ class Actors(msgspec.Struct, kw_only=True):
     placement_group: Any = None
     """The GPU placement group, removed at shutdown (``None`` on CPU)."""
     sleep_while_training: bool = False
+
+    @property
+    def generator(self) -> GeneratorHandle:
+        """The generator; ``RuntimeError`` in a run started without one (a scripted evaluation)."""
+        if self.engine is None:
+            raise RuntimeError(
+                "these actors were started without a generator (start_actors(generator=False))"
+            )
+        return self.engine
 
     @property
     def trainer(self) -> LearnerSeam:
@@ -95,11 +105,17 @@ def device_plan(placement: str, gpus: float, *, learner: bool = True) -> DeviceP
 
 
 def start_actors(
-    cfg: RunConfig, run_id: str, control_tokens: Sequence[str] = (), *, learner: bool = True
+    cfg: RunConfig,
+    run_id: str,
+    control_tokens: Sequence[str] = (),
+    *,
+    learner: bool = True,
+    generator: bool = True,
 ) -> Actors:
     """Create every actor of the run (Ray must be initialised). ``control_tokens``: the model's
     special tokens, which the gateway escapes in every tool observation; ``learner=False`` (an
-    evaluation) leaves the learner out (``Actors.learner`` is then ``None``)."""
+    evaluation) leaves the learner out (``Actors.learner`` is then ``None``), ``generator=False``
+    (a scripted policy's evaluation) the generator (``Actors.engine`` is then ``None``)."""
     import ray
 
     from actors.env_pool import remote_env_pool
@@ -129,21 +145,26 @@ def start_actors(
     evaluator = remote_class(Evaluator, **here).remote(
         hook_modules=cfg.domain.hook_modules, scoring=scoring_for(cfg)
     )
-    # A dead engine process is restarted by Ray; SupervisedGenerator re-syncs its weights.
-    generator = remote_generator(
-        max_restarts=cfg.generator.max_restarts, max_task_retries=0, **on_device("generator")
-    ).remote(
-        model_path=cfg.model.path,
-        dtype=cfg.model.dtype,
-        max_model_len=cfg.generator.max_model_len,
-        kv_cache_gib=cfg.generator.kv_cache_gib,
-        enforce_eager=cfg.generator.enforce_eager,
-        max_num_seqs=cfg.generator.max_num_seqs,
-        gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
-        seed=cfg.seed,
-        sleep_mode=plan.sleep_while_training,
-    )
-    handles = [pool, gateway, evaluator, generator]
+    handles: list[Any] = [pool, gateway, evaluator]
+    engine = None
+    if generator:
+        # A dead engine process is restarted by Ray; SupervisedGenerator re-syncs its weights.
+        remote = remote_generator(
+            max_restarts=cfg.generator.max_restarts, max_task_retries=0, **on_device("generator")
+        ).remote(
+            model_path=cfg.model.path,
+            dtype=cfg.model.dtype,
+            max_model_len=cfg.generator.max_model_len,
+            kv_cache_gib=cfg.generator.kv_cache_gib,
+            enforce_eager=cfg.generator.enforce_eager,
+            max_num_seqs=cfg.generator.max_num_seqs,
+            gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
+            seed=cfg.seed,
+            sleep_mode=plan.sleep_while_training,
+        )
+        handles.append(remote)
+        # The supervisor reads the latest published weights when it re-syncs, long after this returns.
+        engine = SupervisedGenerator(cast(GeneratorHandle, AsyncProxy(remote)), lambda: actors.latest_weights)
     trainer = None
     if learner:
         # Ray gives a zero-CPU actor OMP_NUM_THREADS=1; the colocated learner owns the node's cores
@@ -159,15 +180,11 @@ def start_actors(
         )
         handles.append(trainer)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    # The supervisor reads the latest published weights when it re-syncs, long after this returns.
-    supervised = SupervisedGenerator(
-        cast(GeneratorHandle, AsyncProxy(generator)), lambda: actors.latest_weights
-    )
     actors = Actors(
         pool=cast(EnvPoolSeam, AsyncProxy(pool)),
         gateway=cast(GatewaySeam, AsyncProxy(gateway)),
         evaluator=cast(EvaluatorSeam, AsyncProxy(evaluator)),
-        generator=supervised,
+        engine=engine,
         learner=cast(LearnerSeam, AsyncProxy(trainer)) if trainer is not None else None,
         handles=handles,
         weights_dir=tempfile.mkdtemp(prefix=f"mcprl-{run_id}-", dir=shm),
@@ -235,9 +252,16 @@ async def stop_actors(actors: Actors) -> None:
     """Destroy every environment, stop the engine, kill the actors; safe to call after a failure."""
     import ray
 
-    for name in ("gateway", "pool", "generator"):  # gateway first: its servers run in the pool's envs
+    # gateway first: its servers run in the pool's envs (the seams leave shutdown to the actors)
+    stoppable: list[tuple[str, Any]] = [
+        ("gateway", actors.gateway),
+        ("pool", actors.pool),
+        ("generator", actors.engine),
+    ]
+    for name, actor in stoppable:
         try:
-            await getattr(actors, name).shutdown()
+            if actor is not None:
+                await actor.shutdown()
         except Exception:  # an actor that died has nothing left to stop; the reaper covers its envs
             logger.warning("shutdown of %s failed", name, exc_info=True)
     for handle in actors.handles:

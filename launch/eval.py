@@ -3,6 +3,12 @@
     python launch/eval.py --model PATH [--config FILE] [--split eval|train] [--limit N]
         [--samples K] [--temperature T] [--by domain|category|none] [--output FILE]
         [--observation-rule JSON] [key.path=value ...]
+    python launch/eval.py --policy expert [--config FILE] [--limit N] ...
+
+``--policy expert`` runs the domain's scripted expert (``domain.expert``) instead of a model, through
+the same environments, servers, gateway, evaluator and token recording, with no generator started:
+it shows a domain is solvable (and what it costs) before any GPU is spent. Its tokens are counted
+with ``--model``'s tokenizer, default the config's ``model.path``.
 
 ``--model`` is a Hugging Face model directory (the demo's ``.cache/models/SmolLM2-135M-Instruct``),
 a run's checkpoint directory (``<run_dir>/checkpoint``: ``Learner.save_checkpoint`` writes the
@@ -25,6 +31,9 @@ to ``<run_dir>/eval-<split>-<model>.json`` (``--output`` elsewhere), the episode
 argument, the config, a task file, the model path), said before anything starts; 1 when every
 episode was lost to infrastructure; 130 when interrupted.
 
+The last line printed is ``success=<mean> se=<se> lost=<n>``: the greedy run's success over all
+tasks, its standard error, and the episodes lost to infrastructure or a failed evaluator.
+
 ``--observation-rule`` (a JSON ``specs.observation_rule.ObservationRule``; default: the config's
 ``rollout.observation_rule``) is applied at every step as in training, recorded in the JSON, and each
 episode's logged rule records are replayed against its tokens (``policies.replay``): the count of
@@ -35,6 +44,7 @@ pass@k, and several models side by side (run it per model).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -54,6 +64,7 @@ from specs.errors import SpecError  # noqa: E402
 from specs.observation_rule import ObservationRule  # noqa: E402
 
 GROUPINGS = ("domain", "category", "none")
+POLICIES = ("model", "expert")
 
 # -- arguments ---------------------------------------------------------------------------------------
 
@@ -96,7 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="eval.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", help="run config YAML (default: the embedded CPU demo)")
-    parser.add_argument("--model", required=True, help="HF model dir, a run's checkpoint dir, or a run dir")
+    parser.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="model",
+        help="model: the --model, sampled by vLLM (default); expert: the domain's scripted expert",
+    )
+    parser.add_argument(
+        "--model",
+        help="HF model dir, a run's checkpoint dir, or a run dir (required with --policy model; "
+        "with --policy expert only its tokenizer is used, default model.path)",
+    )
     parser.add_argument(
         "--split", choices=("eval", "train"), default="eval", help="task split (default: eval)"
     )
@@ -129,6 +150,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parsed and cross-checked arguments; a bad one exits with status 2 and says which and why."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.policy == "model" and not args.model:
+        parser.error("argument --model is required with --policy model (the default)")
+    if args.policy == "expert" and args.samples:
+        parser.error("argument --samples: the scripted expert is deterministic; sample a --policy model")
     if args.temperature is not None and args.samples == 0:
         parser.error("argument --temperature: applies to sampled repeats only; give --samples K >= 1 too")
     bad = [o for o in args.overrides if "=" not in o]
@@ -193,6 +218,8 @@ class EvalPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     cfg: RunConfig
     """The run config, ``model.path`` set to ``model_dir``."""
+    policy: str
+    """``model`` or ``expert`` (``POLICIES``)."""
     model_dir: str
     tag: str
     split: str
@@ -210,18 +237,22 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     from specs.check import load_checked_tasks
 
     cfg = load_run_config(args.config, args.overrides)
-    model_dir = resolve_model_dir(args.model)
+    model_dir = resolve_model_dir(args.model or cfg.model.path)
+    if args.policy == "expert" and not cfg.domain.expert:
+        raise SpecError(args.config or "the default config", "domain.expert", "--policy expert needs one")
     cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, path=model_dir))
     if args.observation_rule is not None:
         rollout = msgspec.structs.replace(cfg.rollout, observation_rule=args.observation_rule)
         cfg = msgspec.structs.replace(cfg, rollout=rollout)
     task_file = cfg.domain.eval_tasks if args.split == "eval" else cfg.domain.tasks
-    tasks = load_checked_tasks(task_file, cfg.domain.servers, cfg.domain.hook_modules, args.limit)
+    domain = cfg.domain
+    tasks = load_checked_tasks(task_file, domain.servers, domain.hook_modules, args.limit, domain.task_vars)
     if not tasks:
         raise SpecError(task_file, "tasks", "no task in the file; expected at least one to evaluate")
-    tag = model_tag(model_dir)
+    tag = "expert" if args.policy == "expert" else model_tag(model_dir)
     return EvalPlan(
         cfg=cfg,
+        policy=args.policy,
         model_dir=model_dir,
         tag=tag,
         split=args.split,
@@ -243,6 +274,7 @@ def report(plan: EvalPlan, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, A
     rule = plan.observation_rule
     return {
         "model": plan.model_dir,
+        "policy": plan.policy,
         "split": plan.split,
         "task_file": plan.task_file,
         "tasks": len(plan.tasks),
@@ -260,13 +292,23 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
     """Run the greedy (and sampled) episodes and print each run's table; ``{run: {..., "rows": Rows}}``."""
     from launch.session import open_session
     from policies.replay import check_replay
+    from policies.scripted import ScriptedEngine
     from policies.types import SamplingConfig
+    from specs.registry import resolve_import
 
     cfg = plan.cfg
     run_id = f"eval-{cfg.run_name}-{uuid.uuid4().hex[:6]}"
     out: dict[str, Any] = {}
-    async with open_session(cfg, run_id, learner=False, verbose=verbose, wandb=False) as s:
-        print(f"eval {run_id}: model {plan.model_dir}, {len(plan.tasks)} {plan.split} task(s)", flush=True)
+    expert = plan.policy == "expert"
+    async with open_session(
+        cfg, run_id, learner=False, generator=not expert, verbose=verbose, wandb=False
+    ) as s:
+        engine_for = None
+        if expert:
+            respond = resolve_import(cfg.domain.expert or "", "domain.expert")
+            engine_for = functools.partial(ScriptedEngine, s.tokenizer, respond)
+        who = f"the expert {cfg.domain.expert}" if expert else f"model {plan.model_dir}"
+        print(f"eval {run_id}: {who}, {len(plan.tasks)} {plan.split} task(s)", flush=True)
         runs = [("greedy", 1, s.greedy)]
         if plan.samples:
             sampled = SamplingConfig(
@@ -275,7 +317,9 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
             runs.append(("sampled", plan.samples, sampled))
         for name, per_task, sampling in runs:
             with s.reporter.progress(f"{name} episodes", len(plan.tasks)) as advance:
-                groups = await s.pipeline().collect(plan.tasks, per_task, sampling, s.eval_limits, advance)
+                groups = await s.pipeline(engine_for).collect(
+                    plan.tasks, per_task, sampling, s.eval_limits, advance
+                )
             trajectories = [t for g in groups for t in g.trajectories]
             path = s.reporter.write_trajectories(
                 f"eval-{plan.split}-{plan.tag}-{name}", trajectories, s.tokenizer
@@ -326,10 +370,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(plan.output, report(plan, runs))
     print(summary_line({name: run["rows"] for name, run in runs.items()}), flush=True)
     print(f"eval: wrote {plan.output}", flush=True)
+    greedy = runs["greedy"]
+    print(closing_line(greedy["rows"], sum(greedy["lost"].values())), flush=True)
     if all(run["rows"][OVERALL]["episodes"][0] == 0 for run in runs.values()):
         print("eval: every episode was lost; see the log above", file=sys.stderr)
         return 1
     return 0
+
+
+def closing_line(rows: Mapping[str, Any], lost: int) -> str:
+    """``success=<mean> se=<se> lost=<n>``: the overall success of a run, for scripts to read."""
+    mean, se = rows[OVERALL]["success"] if "success" in rows[OVERALL] else (float("nan"), float("nan"))
+    return f"success={mean:.4f} se={se:.4f} lost={lost}"
 
 
 if __name__ == "__main__":

@@ -13,12 +13,19 @@ domain directories) given. A server name is one venv: two files that list it wit
 requirements are an error. Idempotent: an environment whose recorded requirements match is left
 alone.
 
+A server written for a domain is a package like any other: a requirement ``./path/to/dir``
+(relative to the project root) pip-installs that directory (a ``pyproject.toml`` project) into the
+server's venv, non-editable, so the server runs from its venv alone on every backend (a sandbox
+sees the venv, not the project tree). The recorded requirements carry a digest of the directory's
+files, so a changed server is reinstalled at the next ``make servers``.
+
     python -m launch.server_envs [--root .cache/servers] [FILE_OR_DOMAIN_DIR ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -63,16 +70,58 @@ def collect(files: Iterable[Path]) -> dict[str, list[str]]:
     return wanted
 
 
+def is_local(requirement: str) -> bool:
+    """A requirement naming a directory of the project (``./specs/domains/apps/servers``)."""
+    return requirement.startswith("./")
+
+
+def tree_digest(directory: Path) -> str:
+    """Digest of every file's path and bytes below ``directory`` (build outputs left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory).as_posix()
+        if any(part in _BUILD_OUTPUTS or part.endswith(".egg-info") for part in rel.split("/")):
+            continue
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+_BUILD_OUTPUTS = frozenset({"build", "dist", "__pycache__"})
+
+
+def resolved(requirements: list[str], project: Path = PROJECT) -> tuple[list[str], list[str]]:
+    """(what pip installs, what the stamp records): local directories made absolute, and each
+    recorded with the digest of its files; ``SystemExit`` naming a local requirement that is not a
+    project directory."""
+    install, record = [], []
+    for requirement in requirements:
+        if not is_local(requirement):
+            install.append(requirement)
+            record.append(requirement)
+            continue
+        directory = (project / requirement).resolve()
+        if not (directory / "pyproject.toml").is_file():
+            raise SystemExit(
+                f"server requirement {requirement!r}: expected a project directory with a pyproject.toml "
+                f"(relative to {project}), found none at {directory}"
+            )
+        install.append(str(directory))
+        record.append(f"{requirement}#{tree_digest(directory)}")
+    return install, record
+
+
 def ensure_server_env(root: Path, server: str, requirements: list[str]) -> Path:
     """Create or refresh ``root/server`` with exactly ``requirements`` installed."""
     env = root / server
     stamp = env / ".requirements.json"
-    wanted = json.dumps(sorted(requirements))
+    install, record = resolved(requirements)
+    wanted = json.dumps(sorted(record))
     if stamp.exists() and stamp.read_text() == wanted:
         return env
     print(f"server env {server}: installing {' '.join(requirements)}", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
-    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", *requirements], check=True)
+    # pip may leave build/ and *.egg-info in a local project: .gitignore and the digest skip them
+    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", *install], check=True)
     stamp.write_text(wanted)
     return env
 

@@ -111,10 +111,17 @@ class Session:
 
 @contextlib.asynccontextmanager
 async def open_session(
-    cfg: RunConfig, run_id: str, *, learner: bool, verbose: bool = False, wandb: bool = True
+    cfg: RunConfig,
+    run_id: str,
+    *,
+    learner: bool,
+    generator: bool = True,
+    verbose: bool = False,
+    wandb: bool = True,
 ) -> AsyncIterator[Session]:
     """Start Ray (unless it runs already) and the run's actors; yield the session; shut all down.
-    ``learner=False`` (an evaluation) starts no learner; ``wandb=False`` logs nowhere but the table."""
+    ``learner=False`` (an evaluation) starts no learner, ``generator=False`` (the scripted expert's
+    evaluation) no generator; ``wandb=False`` logs nowhere but the table."""
     log_path = configure_console(cfg.run_dir, verbose)
     import ray
     from transformers import AutoTokenizer
@@ -129,7 +136,9 @@ async def open_session(
                 cfg = msgspec.structs.replace(cfg, wandb=msgspec.structs.replace(cfg.wandb, mode="disabled"))
             reporter = Reporter(cfg, run_id)
             cleanup.callback(reporter.close)
-            actors = start_actors(cfg, run_id, tokenizer.all_special_tokens, learner=learner)
+            actors = start_actors(
+                cfg, run_id, tokenizer.all_special_tokens, learner=learner, generator=generator
+            )
             cleanup.push_async_callback(stop_actors, actors)
             await actors.pool.reap_leftovers()
             yield Session(cfg, run_id, tokenizer, actors, reporter)

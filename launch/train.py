@@ -42,10 +42,10 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     run_id = f"{cfg.run_name}-{uuid.uuid4().hex[:6]}"
     domain = cfg.domain  # refused now, not mid-run: the tasks, their servers, ops and hooks, the expert
     train_tasks = load_checked_tasks(
-        domain.tasks, domain.servers, domain.hook_modules, cfg.train.curation_pool
+        domain.tasks, domain.servers, domain.hook_modules, cfg.train.curation_pool, domain.task_vars
     )
     eval_tasks = load_checked_tasks(
-        domain.eval_tasks, domain.servers, domain.hook_modules, cfg.train.eval_tasks_limit
+        domain.eval_tasks, domain.servers, domain.hook_modules, cfg.train.eval_tasks_limit, domain.task_vars
     )
     expert = resolve_import(domain.expert) if cfg.warmstart.enabled and domain.expert else None
     stream = TaskStream(train_tasks, cfg.seed)

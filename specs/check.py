@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from specs.evaluator_grammar import GENERIC_OPS, parse_func
 from specs.registry import resolve
 from specs.servers import ServerRegistry, load_server_registry, parse_server_registry
 from specs.task import TASK_FIELDS, TaskSpec, load_tasks, parse_tasks
+from specs.templates import environment
 
 _TRANSPORTS = ("stdio", "sse", "http_url")
 
@@ -58,12 +59,17 @@ def detect_kind(data: Any) -> str:
 
 
 def load_checked_tasks(
-    path: str, servers: str, hook_modules: Sequence[str], limit: int | None = None
+    path: str,
+    servers: str,
+    hook_modules: Sequence[str],
+    limit: int | None = None,
+    variables: Mapping[str, str] | None = None,
 ) -> list[TaskSpec]:
-    """The first ``limit`` tasks of ``path`` (all with ``None``), refused now rather than mid-run
-    for unknown servers (of the server list ``servers``), ops or hooks, and unset ``{{VAR}}``s:
-    ``SpecError`` naming the file, the task and the field."""
-    tasks = load_tasks(path)[:limit]
+    """The first ``limit`` tasks of ``path`` (all with ``None``), their templates filled from
+    ``variables`` over the environment, refused now rather than mid-run for unknown servers (of the
+    server list ``servers``), ops or hooks, and unset ``{{VAR}}``s: ``SpecError`` naming the file,
+    the task and the field."""
+    tasks = load_tasks(path, environment(variables))[:limit]
     raise_all(check_task_semantics(tasks, path, load_server_registry(servers), hook_modules)[0])
     return tasks
 
@@ -149,7 +155,7 @@ def _check_config(file: str, hooks: Sequence[str]) -> str:
     counts = []
     for task_file in (cfg.domain.tasks, cfg.domain.eval_tasks):
         try:
-            tasks = load_tasks(task_file)
+            tasks = load_tasks(task_file, environment(cfg.domain.task_vars))
         except SpecError as e:
             problems.extend(_problems(e))
             continue

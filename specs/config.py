@@ -36,6 +36,9 @@ class DomainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """System prompt override; ``None`` uses the agent loop's default."""
     expert: str | None = "specs.domains.calculator.expert:respond"
     """Import string of the scripted expert (``respond(task, conversation) -> str``) for the warm start."""
+    task_vars: dict[str, str] = msgspec.field(default_factory=dict)
+    """Values of the ``{{VAR}}`` templates in the task files (``specs.templates``); a variable not
+    given here is read from the process environment."""
 
 
 class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -33,8 +33,8 @@ import msgspec
 
 from specs.env import ServerLaunch
 from specs.errors import SpecError, raise_all, read_json_file, split_validation_error
+from specs.templates import TEMPLATE
 
-_TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _PYTHON_NAMES = frozenset({"python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}"})
 
 
@@ -67,7 +67,7 @@ class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
                 texts.extend([cmd.command, *cmd.args])
         if self.http_url:
             texts.append(self.http_url)
-        return sorted({m.group(1) for t in texts for m in _TEMPLATE.finditer(t)})
+        return sorted({m.group(1) for t in texts for m in TEMPLATE.finditer(t)})
 
 
 _ENTRY_FIELDS = ("stdio", "sse", "http_url", "headers", "env")
@@ -186,7 +186,7 @@ class _Filler:
                 self._filled.add(value)
             return value
 
-        return _TEMPLATE.sub(sub, text)
+        return TEMPLATE.sub(sub, text)
 
     def secrets(self) -> tuple[str, ...]:
         return tuple(sorted(self._filled, key=lambda v: (-len(v), v)))  # longest first, for redaction

@@ -11,6 +11,9 @@ RL-training files add: ``instance_id``, ``instruction``, ``dockerfile_path``)::
      "_answer": 387}
 
 ``question`` is accepted as an alias of ``instruction`` (MCP-Universe benchmark files use it).
+Templates ``{{VAR}}`` in any string of a task are filled at load (``specs.templates``): from the
+run config's ``domain.task_vars``, then the process environment; an unset one is refused naming
+the task, the field and the variable.
 Every task must give its prompt (``instruction`` or ``question``), its ``mcp_servers`` and its
 ``evaluators``, the lists non-empty: MCP-Universe defaults them to empty, but a task without servers
 has no tool to use and one without evaluators would succeed without a check; a task lacking one is
@@ -39,12 +42,14 @@ without ``reference_calls`` is scored by the format term of the tool reward only
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from specs.errors import SpecError, raise_all, read_json_file, split_validation_error
+from specs.templates import environment, fill, walk
 
 
 class McpServerRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -338,19 +343,44 @@ def _reference_call_problems(fields: _TaskFields, where: str, file: str) -> list
     return problems
 
 
-def parse_tasks(data: Any, file: str) -> list[TaskSpec]:
-    """Validate a decoded task file (one object or a list); every problem is reported."""
+def fill_task_templates(raw: Any, file: str, index: int, variables: Mapping[str, str]) -> Any:
+    """``raw`` with every ``{{VAR}}`` in its strings filled from ``variables`` (``specs.templates``);
+    ``SpecError``s name ``task[index]``, the field and each variable that is not set."""
+    problems: list[SpecError] = []
+
+    def on_string(text: str, where: str) -> str:
+        filled, missing = fill(text, variables)
+        problems.extend(
+            SpecError(
+                file,
+                f"task[{index}].{where}",
+                f"template variable {name} is not set (give it in the run config's domain.task_vars "
+                "or the environment)",
+            )
+            for name in missing
+        )
+        return filled
+
+    filled = walk(raw, "", on_string) if isinstance(raw, dict) else raw
+    raise_all(problems)
+    return filled
+
+
+def parse_tasks(data: Any, file: str, variables: Mapping[str, str] | None = None) -> list[TaskSpec]:
+    """Validate a decoded task file (one object or a list); every problem is reported. Templates
+    ``{{VAR}}`` are filled from ``variables`` (default: ``specs.templates.environment()``)."""
     stem = Path(file).stem
     items = data if isinstance(data, list) else [data]
     if isinstance(data, list) and not data:
         raise SpecError(file, "top level", "empty task list")
+    values = environment() if variables is None else variables
     tasks: list[TaskSpec] = []
     problems: list[SpecError] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(items):
         default_id = stem if not isinstance(data, list) else f"{stem}-{i:04d}"
         try:
-            task = parse_task(raw, file, i, default_id)
+            task = parse_task(fill_task_templates(raw, file, i, values), file, i, default_id)
         except SpecError as e:
             problems.extend(getattr(e, "problems", (e,)))
             continue
@@ -367,6 +397,7 @@ def parse_tasks(data: Any, file: str) -> list[TaskSpec]:
     return tasks
 
 
-def load_tasks(path: str | os.PathLike[str]) -> list[TaskSpec]:
-    """Load a task file; ``SpecError`` (or ``SpecErrors`` listing every problem) if it is malformed."""
-    return parse_tasks(read_json_file(path), str(path))
+def load_tasks(path: str | os.PathLike[str], variables: Mapping[str, str] | None = None) -> list[TaskSpec]:
+    """Load a task file, its ``{{VAR}}``s filled from ``variables`` (default: the process
+    environment); ``SpecError`` (or ``SpecErrors`` listing every problem) if it is malformed."""
+    return parse_tasks(read_json_file(path), str(path), variables)

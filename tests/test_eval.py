@@ -50,7 +50,9 @@ def test_defaults_are_one_greedy_pass_over_every_eval_task() -> None:
         (["--model", "m", "stray"], "expected --options or key.path=value overrides"),
         (["--model", "m", "--observation-rule", '{"keep_last":2}'], "fields among: keep_last_costly"),
         (["--model", "m", "--observation-rule", '{"keep_last_costly": 0}'], "argument --observation-rule"),
-        (["--split", "eval"], "the following arguments are required: --model"),
+        (["--split", "eval"], "argument --model is required with --policy model"),
+        (["--policy", "expert", "--samples", "2"], "the scripted expert is deterministic"),
+        (["--policy", "oracle"], "invalid choice: 'oracle'"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_argument(argv: list[str], message: str, capsys: Any) -> None:
@@ -194,14 +196,35 @@ def test_bad_input_exits_2_before_anything_starts(tmp_path: Path, monkeypatch: A
     assert "rollout.group_size" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_a_greedy_eval_of_the_demo_model_on_two_tasks_writes_its_table_and_json(
-    tmp_path: Path, model_dir: Path
-) -> None:
+def clean_env() -> dict[str, str]:
     env = dict(os.environ)
     # Not inherited: an in-process Learner or Ray of an earlier test may have set these here.
     for key in ("RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(key, None)
+    return env
+
+
+@pytest.mark.slow
+def test_the_expert_policy_runs_the_pipeline_without_a_model_and_ends_with_the_success_line(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    command = [sys.executable, "launch/eval.py", "--policy", "expert", "--limit", "3"]
+    command += [f"output_dir={tmp_path}", "run_name=ex", "ray.num_cpus=2"]
+    done = subprocess.run(command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert done.stdout.splitlines()[-1] == "success=1.0000 se=0.0000 lost=0"
+    assert "the expert specs.domains.calculator.expert:respond" in done.stdout
+    assert "generator" not in done.stderr  # none was started, none was stopped
+    result = json.loads((tmp_path / "ex" / "eval-eval-expert.json").read_text())
+    assert result["policy"] == "expert" and result["tasks"] == 3
+
+
+@pytest.mark.slow
+def test_a_greedy_eval_of_the_demo_model_on_two_tasks_writes_its_table_and_json(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    env = clean_env()
     command = [
         sys.executable,
         "launch/eval.py",
@@ -220,6 +243,8 @@ def test_a_greedy_eval_of_the_demo_model_on_two_tasks_writes_its_table_and_json(
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     assert "eval: greedy_success=" in done.stdout
+    assert done.stdout.splitlines()[-1].startswith("success=")
+    assert done.stdout.splitlines()[-1].endswith(" lost=0")
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("domain"))
     assert lines[header + 1].split()[:3] == ["all", "2", "2"]

@@ -10,6 +10,7 @@ import pytest
 
 from specs.errors import SpecError, SpecErrors
 from specs.task import CleanupSpec, EvaluatorSpec, McpServerRef, PrepareSpec, ReferenceCall, load_tasks
+from specs.templates import environment
 
 DATA = Path(__file__).parent / "data" / "specs"
 
@@ -302,3 +303,38 @@ def test_missing_and_unknown_fields_of_a_task_are_reported_together(tmp_path: Pa
     assert (
         "unknown field; accepted fields: instance_id, instruction, question" in info.value.problems[0].message
     )
+
+
+def test_templates_in_any_task_field_are_filled_from_the_given_variables_then_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = _task(
+        "Open an issue in {{OWNER}}/{{ REPO }}.",
+        evaluators=[
+            {"func": "raw", "op": "contain", "value": "{{OWNER}}", "op_args": {"url": "{{JUDGE_URL}}/v1"}}
+        ],
+        prepares=[{"prepare_func": "seed", "prepare_args": {"names": ["{{OWNER}}", 3]}}],
+        _owner="{{OWNER}}",
+    )
+    path = _write(tmp_path, [task])
+    monkeypatch.setenv("OWNER", "from-env")
+    monkeypatch.setenv("REPO", "mcprl")
+    monkeypatch.setenv("JUDGE_URL", "http://127.0.0.1:9")
+    (loaded,) = load_tasks(path, environment({"OWNER": "acme"}))
+    assert loaded.instruction == "Open an issue in acme/mcprl."
+    assert loaded.evaluators[0].value == "acme"
+    assert loaded.evaluators[0].op_args == {"url": "http://127.0.0.1:9/v1"}
+    assert loaded.prepares[0].prepare_args == {"names": ["acme", 3]}
+    assert loaded.private == {"_owner": "acme"}
+    (from_env,) = load_tasks(path)  # default: the process environment
+    assert from_env.instruction == "Open an issue in from-env/mcprl."
+
+
+def test_an_unset_template_variable_is_refused_naming_task_field_and_variable(tmp_path: Path) -> None:
+    path = _write(tmp_path, [_task("ok"), _task("Fix {{NOPE_VAR}}", evaluators=[{"func": "{{ALSO_NOPE}}"}])])
+    with pytest.raises(SpecErrors) as info:
+        load_tasks(path, {"NOPE_VAR": ""})  # empty counts as unset, as in MCP-Universe
+    text = str(info.value)
+    assert "task[1].instruction: template variable NOPE_VAR is not set" in text
+    assert "task[1].evaluators[0].func: template variable ALSO_NOPE is not set" in text
+    assert "domain.task_vars" in text
