@@ -1,9 +1,10 @@
-"""Shared pytest fixtures: anyio on asyncio, the demo model directory."""
+"""Shared pytest fixtures: anyio on asyncio, the demo model directory and its tokenizer."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,3 +26,11 @@ def model_dir() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_dir: Path) -> Any:
+    """The demo model's tokenizer (modules that define their own fixture of this name use theirs)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
