@@ -19,7 +19,8 @@ environments if this process dies without a shutdown (SIGKILL, a crash, a killed
 Hooks are ``async def hook(env: EnvHandle, task: TaskSpec, **args)``, looked up with
 ``specs.registry.resolve`` in this process (import strings or names in the run's hook modules).
 Cleanups bound to a tool (``CleanupSpec.tool``) need the trajectory's tool calls, which the pool
-does not see: they are not run here (a warning says so at each release).
+does not see: the pipeline works them out (``specs.cleanup_calls``) and passes the hooks among
+them to ``release(tool_cleanups=...)``, which runs them, newest call first, before the others.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import anyio
 from actors import env_watchdog
 from actors.errors import EnvError
 from actors.provisioners.base import Provisioner
+from specs.cleanup_calls import CleanupCall
 from specs.env import EnvConfig, EnvHandle, EnvInfo
 from specs.registry import resolve
 from specs.task import TaskSpec
@@ -116,9 +118,17 @@ class EnvPool:
             raise
         return env
 
-    async def release(self, env: EnvInfo, task: TaskSpec, *, broken: bool = False) -> None:
-        """Run the cleanups, then reset and keep the environment idle, or destroy it (broken, reuse
-        off, a cleanup or the reset failed)."""
+    async def release(
+        self,
+        env: EnvInfo,
+        task: TaskSpec,
+        *,
+        broken: bool = False,
+        tool_cleanups: Sequence[CleanupCall] = (),
+    ) -> None:
+        """Run the cleanups (``tool_cleanups`` first: the hooks the episode's tool calls owe), then
+        reset and keep the environment idle, or destroy it (broken, reuse off, a cleanup or the
+        reset failed)."""
         entry = self._held.pop(env.env_id, None)
         if entry is None and self._closed:
             return  # shutdown already destroyed it; a late release from a finishing episode is fine
@@ -126,7 +136,8 @@ class EnvPool:
             raise EnvError(
                 f"release of env {env.env_id} (task {task.instance_id}): it is not held by this pool"
             )
-        cleaned = await self._cleanup(env, task, entry[1])  # also when broken: they may undo outside state
+        # also when broken: they may undo outside state
+        cleaned = await self._cleanup(env, task, entry[1], tool_cleanups)
         self._counts["broken"] += broken
         expired = self._expired(env)
         self._counts["expired"] += expired
@@ -304,19 +315,16 @@ class EnvPool:
                 self._live -= 1
                 self._changed.notify_all()
 
-    async def _cleanup(self, env: EnvInfo, task: TaskSpec, modules: tuple[str, ...]) -> bool:
+    async def _cleanup(
+        self, env: EnvInfo, task: TaskSpec, modules: tuple[str, ...], tool_cleanups: Sequence[CleanupCall]
+    ) -> bool:
         """Run the task's cleanup hooks; False if one failed (the environment is then not reused)."""
-        per_call = [c.cleanup_func for c in task.cleanups if c.tool]
-        if per_call:
-            logger.warning(
-                "task %s: per-tool-call cleanups %s are not run by EnvPool", task.instance_id, per_call
-            )
-        for hook in task.cleanups:
-            if hook.tool:
-                continue
+        owed = [(c.spec, c.arguments) for c in tool_cleanups]
+        once = [(hook, hook.cleanup_args) for hook in task.cleanups if not hook.tool]
+        for hook, raw_args in [*owed, *once]:
             try:
                 fn = resolve("cleanup", hook.cleanup_func, modules, source=f"task {task.instance_id}")
-                args: dict[str, Any] = hook.cleanup_args if isinstance(hook.cleanup_args, dict) else {}
+                args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
                 await fn(EnvHandle(env, self.provisioner), task, **args)
             except Exception:
                 self._counts["hook_failures"] += 1

@@ -44,6 +44,10 @@ class StageMetrics(msgspec.Struct, kw_only=True):
     retried: int = 0
     """Attempts started again on a fresh environment after an infrastructure failure."""
     groups_dropped: int = 0
+    tool_cleanups: int = 0
+    """Cleanup tools called for the episodes' tool calls (a task's per-call ``cleanups``)."""
+    cleanup_failures: int = 0
+    """Of those, the calls that failed (logged; the episodes' scores stand)."""
     queued: dict[str, int] = msgspec.field(default_factory=dict)
     """Per stage, trajectories waiting for a worker now."""
     busy: dict[str, int] = msgspec.field(default_factory=dict)
@@ -71,5 +75,6 @@ class StageMetrics(msgspec.Struct, kw_only=True):
             "max_live_envs": float(self.max_live_envs),
             "groups_dropped": float(self.groups_dropped),
             "retried": float(self.retried),
+            "cleanup_failures": float(self.cleanup_failures),
             **{f"lost_{cause}": float(n) for cause, n in self.lost.items()},
         }

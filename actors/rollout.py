@@ -33,10 +33,12 @@ from policies.engine import Engine
 from policies.react import EpisodeLimits, build_messages, run_episode
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
+from specs.cleanup_calls import CleanupCall, cleanup_calls
 from specs.config import EnvPoolConfig
 from specs.env import EnvConfig, EnvInfo
 from specs.errors import MCPRLError
 from specs.observation_rule import ObservationRule
+from specs.registry import available
 from specs.servers import ServerRegistry
 from specs.task import TaskSpec
 from specs.trajectory import Trajectory
@@ -45,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 RELEASE_TIMEOUT_S = 120.0
 """Bound on closing an environment's sessions and releasing it (cleanup hooks included)."""
+CLEANUP_CALL_TIMEOUT_S = 30.0
+"""Bound on one cleanup tool call."""
 
 
 class RolloutPipeline:
@@ -68,12 +72,14 @@ class RolloutPipeline:
         observation_rule: ObservationRule | None = None,
         retries: int = 1,
         group_timeout_s: float | None = None,
+        hook_modules: Sequence[str] = (),
     ) -> None:
         """``gateway_options``: per-episode options of ``McpGateway.open`` (``budget_s``, ``route``,
         ``top_k``; the retrieval query is the task's prompt); ``observation_rule``: what of past
         tool observations the agent sees (``policies.observations``; ``None``: all); ``retries``:
         how often a trajectory lost to infrastructure is run again; ``group_timeout_s``: a group
-        not complete by then is dropped (``None``: no deadline)."""
+        not complete by then is dropped (``None``: no deadline); ``hook_modules``: the run's, to
+        tell a per-call cleanup that is a registered hook from one that is a server's tool."""
         if retries < 0 or (group_timeout_s is not None and group_timeout_s <= 0):
             raise ValueError(
                 f"retries must be >= 0 and group_timeout_s > 0, got {retries}, {group_timeout_s}"
@@ -89,6 +95,7 @@ class RolloutPipeline:
         self._evaluate = anyio.CapacityLimiter(eval_workers)
         self._system_prompt = system_prompt
         self._observation_rule = observation_rule
+        self._cleanup_hooks = frozenset(available("cleanup", hook_modules)) if hook_modules else frozenset()
         self._live = 0
         self.metrics = StageMetrics()
 
@@ -161,6 +168,7 @@ class RolloutPipeline:
     ) -> Trajectory:
         """One trajectory through the three stages; any failure is data, never a crash."""
         env: EnvInfo | None = None
+        trajectory: Trajectory | None = None
         broken = False
         try:
             async with self._stage(self._acquire, "acquire"):
@@ -211,7 +219,7 @@ class RolloutPipeline:
             return _failed(task, group_id, f"{type(e).__name__}: {e}")
         finally:
             if env is not None:
-                await self._release(env, task, broken)
+                await self._release(env, task, broken, trajectory)
 
     @contextlib.asynccontextmanager
     async def _stage(self, limiter: anyio.CapacityLimiter, name: str) -> AsyncIterator[None]:
@@ -234,22 +242,28 @@ class RolloutPipeline:
             busy = f"{name}_s"
             setattr(self.metrics, busy, getattr(self.metrics, busy) + time.perf_counter() - started)
 
-    async def _release(self, env: EnvInfo, task: TaskSpec, broken: bool) -> None:
-        """Close the env's MCP sessions, then hand it back to the pool (cleanup hooks, reset or
-        destroy). Shielded from cancellation but bounded; a failure here is logged and counted,
-        never raised into the step: the env is then treated as broken, or left to the pool's
-        shutdown and reaper."""
+    async def _release(
+        self, env: EnvInfo, task: TaskSpec, broken: bool, trajectory: Trajectory | None
+    ) -> None:
+        """Run the per-call cleanups the episode owes that are server tools (while the sessions are
+        open), close the env's MCP sessions, then hand it back to the pool (the cleanups that are
+        hooks, reset or destroy). Shielded from cancellation but bounded; a failure here is logged
+        and counted, never raised into the step: the env is then treated as broken, or left to the
+        pool's shutdown and reaper."""
         started = time.perf_counter()
         self._live -= 1
         with anyio.move_on_after(RELEASE_TIMEOUT_S, shield=True) as scope:
+            hooks: list[CleanupCall] = []
             try:
                 broken = broken or await self._gateway.is_broken(env.env_id)
+                if trajectory is not None and not broken:
+                    hooks = await self._tool_cleanups(env, task, trajectory)
                 await self._gateway.close(env.env_id)
             except Exception:
                 logger.exception("closing the MCP sessions of env %s failed", env.env_id)
                 broken = True
             try:
-                await self._pool.release(env, task, broken=broken)
+                await self._pool.release(env, task, broken=broken, tool_cleanups=hooks)
             except Exception:
                 logger.exception("releasing env %s to the pool failed", env.env_id)
                 self.metrics.lose("release_failed")
@@ -259,6 +273,32 @@ class RolloutPipeline:
             )
             self.metrics.lose("release_failed")
         self.metrics.release_s += time.perf_counter() - started
+
+
+    async def _tool_cleanups(self, env: EnvInfo, task: TaskSpec, trajectory: Trajectory) -> list[CleanupCall]:
+        """Call the cleanup tools the episode's calls owe (``specs.cleanup_calls``); return the
+        cleanups that are registered hooks, for the pool. A cleanup that fails is logged: the
+        environment is reset or destroyed anyway, and the episode's score stands."""
+        try:
+            owed = cleanup_calls(task, trajectory.tool_calls)
+        except MCPRLError as e:
+            logger.warning("per-call cleanups of %s: %s", task.instance_id, e)
+            return []
+        hooks = [c for c in owed if c.spec.cleanup_func in self._cleanup_hooks]
+        for c in owed:
+            if c.spec.cleanup_func in self._cleanup_hooks:
+                continue
+            name = f"{c.spec.server}__{c.spec.cleanup_func}"
+            args = c.arguments if isinstance(c.arguments, dict) else {}
+            result = await self._gateway.call(env.env_id, name, args, CLEANUP_CALL_TIMEOUT_S)
+            self.metrics.tool_cleanups += 1
+            if result.is_error:
+                self.metrics.cleanup_failures += 1
+                logger.warning(
+                    "cleanup %s of %s (for the call of turn %d) failed: %s",
+                    *(name, task.instance_id, c.call_turn, result.text[:300]),
+                )
+        return hooks
 
 
 def _prompt(task: TaskSpec) -> str:

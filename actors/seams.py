@@ -14,6 +14,7 @@ from typing import Protocol
 
 from policies.react import ToolCaller
 from policies.types import ToolSpec, TrainSample
+from specs.cleanup_calls import CleanupCall
 from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from specs.task import TaskSpec
 from specs.trajectory import Score, Trajectory
@@ -22,7 +23,14 @@ from specs.trajectory import Score, Trajectory
 class EnvPoolSeam(Protocol):
     async def acquire(self, config: EnvConfig, task: TaskSpec) -> EnvInfo: ...
 
-    async def release(self, env: EnvInfo, task: TaskSpec, *, broken: bool = False) -> None: ...
+    async def release(
+        self,
+        env: EnvInfo,
+        task: TaskSpec,
+        *,
+        broken: bool = False,
+        tool_cleanups: Sequence[CleanupCall] = (),
+    ) -> None: ...
 
     async def prewarm(self, config: EnvConfig, count: int) -> int: ...
 

@@ -27,8 +27,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -110,6 +113,12 @@ def resolved(requirements: list[str], project: Path = PROJECT) -> tuple[list[str
     return install, record
 
 
+def _copied(directory: str, scratch: Path) -> str:
+    target = scratch / Path(directory).name
+    shutil.copytree(directory, target, ignore=shutil.ignore_patterns(*_BUILD_OUTPUTS, "*.egg-info"))
+    return str(target)
+
+
 def ensure_server_env(root: Path, server: str, requirements: list[str]) -> Path:
     """Create or refresh ``root/server`` with exactly ``requirements`` installed."""
     env = root / server
@@ -120,8 +129,10 @@ def ensure_server_env(root: Path, server: str, requirements: list[str]) -> Path:
         return env
     print(f"server env {server}: installing {' '.join(requirements)}", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
-    # pip may leave build/ and *.egg-info in a local project: .gitignore and the digest skip them
-    subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", *install], check=True)
+    with tempfile.TemporaryDirectory(prefix=f"mcprl-server-{server}-") as scratch:
+        # a local project is built from a copy: pip's build/ and *.egg-info never land in the tree
+        install = [_copied(r, Path(scratch)) if os.path.isdir(r) else r for r in install]
+        subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", *install], check=True)
     stamp.write_text(wanted)
     return env
 

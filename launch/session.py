@@ -87,6 +87,7 @@ class Session:
             observation_rule=rollout.observation_rule,
             retries=rollout.retries,
             group_timeout_s=rollout.group_timeout_s,
+            hook_modules=self.cfg.domain.hook_modules,
         )
 
     def _generator(self, task: TaskSpec) -> Engine:

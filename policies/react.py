@@ -149,4 +149,9 @@ def _record(turn: int, parsed: Any, result: ToolResult) -> ToolCallRecord:
         read_only=result.read_only,
         route_hits=result.route_hits,
         cuts=result.cuts,
+        returned={
+            "content": [{"type": "text", "text": result.text}],
+            "structuredContent": result.structured,
+            "isError": result.is_error,
+        },
     )

@@ -51,6 +51,10 @@ class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     """For a ``route`` call: the namespaced tools it returned, best first; ``None`` otherwise."""
     cuts: tuple[CutRecord, ...] = ()
     """What the gateway cut from the result (text, structured content, images)."""
+    returned: dict[str, Any] | None = None
+    """The result in MCP's shape, ``{"content": [{"type": "text", "text": ...}],
+    "structuredContent": ..., "isError": ...}`` (the observation's text, as bounded and redacted):
+    what a task's per-call cleanups read as ``$return`` (``specs.cleanup_calls``)."""
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
