@@ -1,0 +1,119 @@
+"""Generate the apps domain's tasks: everyday shop and bank requests in the MCP-Universe task format.
+
+Deterministic for a seed: ``python -m specs.domains.apps.generate`` rewrites ``tasks/train.json``
+(108 tasks) and ``tasks/eval.json`` (40 tasks) byte for byte; a test checks the shipped files equal
+a fresh generation. Tasks come from template families (``families``, ``families_orders``): single
+server (bank or shop), two servers in one episode (shop + bank: pay an order, cancel with a bank
+refund) and reads through the third-party ``mcp-server-sqlite`` (``shop_sql``/``bank_sql``). Eval
+holds half seen families (new draws) and half held-out families (``families_heldout``) that never
+appear in training.
+
+Every task seeds its environment's databases (prepare ``apps.seed_db``) and is scored on the end
+state by ``apps.sql_state`` verifiers computed from the seed (``world.World``); a question is also
+checked on the number in the reply. Private fields: ``_plan`` (family and parameters for the
+scripted expert) and ``_template``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from specs.domains.apps import families as f
+from specs.domains.apps import families_heldout as h
+from specs.domains.apps import families_orders as o
+from specs.domains.apps.world import World
+from specs.task import parse_tasks
+
+TRAIN_FAMILIES: dict[str, f.Family] = {
+    "transfer": f.transfer,
+    "pay_bill": f.pay_bill,
+    "freeze_card": f.freeze_card,
+    "balance": f.balance,
+    "update_address": f.update_address,
+    "buy_cheapest": f.buy_cheapest,
+    "cancel_latest": o.cancel_latest,
+    "apply_coupon": o.apply_coupon,
+    "pay_order": o.pay_order,
+    "cancel_refund_bank": o.cancel_refund_bank,
+    "stock_question": o.stock_question,
+    "best_seller": o.best_seller,
+}
+HELDOUT_FAMILIES: dict[str, f.Family] = {
+    "buy_and_pay": h.buy_and_pay,
+    "move_then_pay": h.move_then_pay,
+    "address_then_buy": h.address_then_buy,
+    "spending_question": h.spending_question,
+}
+SEED_DBS = {"prepare_func": "apps.seed_db", "prepare_args": {"databases": {"shop.db": "shop", "bank.db": "bank"}}}
+MAX_TRIES = 500
+
+
+def _task(instance_id: str, family: str, d: f.Draft) -> dict[str, Any]:
+    return {
+        "instance_id": instance_id,
+        "category": f"apps/{family}",
+        "instruction": d["instruction"],
+        "output_format": d["output_format"],
+        "use_specified_server": True,
+        "mcp_servers": d["mcp_servers"],
+        "prepares": [SEED_DBS],
+        "evaluators": d["evaluators"],
+        "reference_calls": d["reference_calls"],
+        "_plan": d["_plan"],
+        "_template": family,
+    }
+
+
+def _draw(
+    rng: random.Random, world: World, families: dict[str, f.Family], n: int, prefix: str, seen: set[str]
+) -> list[dict[str, Any]]:
+    names = list(families)
+    tasks: list[dict[str, Any]] = []
+    while len(tasks) < n:
+        family = names[len(tasks) % len(names)]  # round robin keeps the families balanced
+        for _ in range(MAX_TRIES):
+            d = families[family](rng, world)
+            if d is not None and d["instruction"] not in seen:
+                break
+        else:
+            raise RuntimeError(f"family {family!r}: no new task in {MAX_TRIES} draws")
+        seen.add(d["instruction"])
+        tasks.append(_task(f"{prefix}-{len(tasks):04d}", family, d))
+    return tasks
+
+
+def generate(
+    seed: int = 0, n_train: int = 108, n_eval: int = 40
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, eval) task dicts; eval is half seen families (new draws), half held-out families."""
+    rng, world = random.Random(seed), World()
+    seen: set[str] = set()
+    train = _draw(rng, world, TRAIN_FAMILIES, n_train, "apps-train", seen)
+    seen_half = _draw(rng, world, TRAIN_FAMILIES, n_eval // 2, "apps-eval-seen", seen)
+    heldout = _draw(rng, world, HELDOUT_FAMILIES, n_eval - n_eval // 2, "apps-eval-heldout", seen)
+    return train, seen_half + heldout
+
+
+def render(tasks: list[dict[str, Any]]) -> str:
+    return json.dumps(tasks, indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "tasks")
+    args = parser.parse_args(argv)
+    train, evals = generate(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, tasks in (("train.json", train), ("eval.json", evals)):
+        parse_tasks(tasks, str(args.out / name))  # refuse to write a task the loader would refuse
+        (args.out / name).write_text(render(tasks), encoding="utf-8")
+    print(f"wrote {len(train)} train and {len(evals)} eval tasks to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
