@@ -1,0 +1,1 @@
+"""The swe domain: bugs planted in small Python projects, fixed through a shell MCP server."""
