@@ -274,7 +274,6 @@ class RolloutPipeline:
             self.metrics.lose("release_failed")
         self.metrics.release_s += time.perf_counter() - started
 
-
     async def _tool_cleanups(self, env: EnvInfo, task: TaskSpec, trajectory: Trajectory) -> list[CleanupCall]:
         """Call the cleanup tools the episode's calls owe (``specs.cleanup_calls``); return the
         cleanups that are registered hooks, for the pool. A cleanup that fails is logged: the
@@ -332,19 +331,25 @@ def env_config_resolver(
 ) -> Callable[[TaskSpec], EnvConfig]:
     """``task -> EnvConfig``: the task's servers resolved through the server registry, its image
     build, and the run's environment limits (``memory_mb``, ``cpus``, ``pids``, ``network`` of an
-    ``EnvPoolConfig``); cached per distinct configuration."""
+    ``EnvPoolConfig``); cached per distinct configuration.
+
+    A task's image (``dockerfile_path`` + ``build_args``) is how the docker backend lays out its
+    environment; on another backend (``limits.backend``) the image is left out and the task's
+    prepare hooks lay the environment out alone (a domain's prepare copies what the image would
+    hold when the environment lacks it: ``specs/domains/swe``)."""
     cache: dict[tuple[Any, ...], EnvConfig] = {}
     shared = (
         {name: getattr(limits, name) for name in ("memory_mb", "cpus", "pids", "network")} if limits else {}
     )
+    images = limits is None or limits.backend == "docker"
 
     def resolve(task: TaskSpec) -> EnvConfig:
         key = (task.server_names, task.dockerfile_path, tuple(sorted(task.build_args.items())))
         if key not in cache:
             cache[key] = EnvConfig(
                 servers=tuple(registry.launch(name) for name in task.server_names),
-                dockerfile_path=task.dockerfile_path,
-                build_args=dict(task.build_args),
+                dockerfile_path=task.dockerfile_path if images else None,
+                build_args=dict(task.build_args) if images else {},
                 **shared,
             )
         return cache[key]

@@ -111,7 +111,10 @@ async def run_domain(
                 pool=pool,
                 gateway=gateway,
                 evaluator=Evaluator(cfg.domain.hook_modules, scoring_for(cfg)),
-                env_config_for=env_config_resolver(load_server_registry(cfg.domain.servers), cfg.env),
+                env_config_for=env_config_resolver(
+                    load_server_registry(cfg.domain.servers),
+                    msgspec.structs.replace(cfg.env, backend=backend),
+                ),
                 engine_for=engine_for or (lambda task: ScriptedEngine(tokenizer, expert, task)),  # type: ignore[arg-type]
                 recorder_factory=lambda: ChatRecorder(
                     tokenizer, reasoning_format=cfg.rollout.reasoning_format

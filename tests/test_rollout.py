@@ -327,3 +327,16 @@ async def test_a_group_past_its_deadline_is_dropped_whole_and_its_environments_r
     (group,) = groups
     assert group.dropped == "group_timeout" and pipeline.metrics.lost == {"group_timeout": 1}
     assert pool.stats()["live"] == 0
+
+
+def test_a_tasks_image_is_the_docker_backends_and_left_out_elsewhere() -> None:
+    from specs.config import EnvPoolConfig
+    from specs.task import TaskSpec
+
+    task = TaskSpec(instance_id="t", instruction="x", dockerfile_path="d/Dockerfile", build_args={"P": "1"})
+    registry = load_server_registry(DOMAIN / "servers.json")
+    docker = env_config_resolver(registry, EnvPoolConfig(backend="docker"))(task)
+    assert (docker.dockerfile_path, docker.build_args) == ("d/Dockerfile", {"P": "1"})
+    for backend in ("local", "bwrap"):
+        other = env_config_resolver(registry, EnvPoolConfig(backend=backend))(task)  # type: ignore[arg-type]
+        assert (other.dockerfile_path, other.build_args) == (None, {})
