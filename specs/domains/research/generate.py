@@ -12,7 +12,7 @@ templates (``kb.SENTENCES``) and linked to the entities they name.
 A question follows a chain of relations from a start entity (``X -> mentor -> birthplace``): each
 relation is read on one page, so the hop count (the ``category``, ``research/<n>hop``) is the number
 of pages the answer needs. Eval holds half seen templates (new start entities) and half held-out
-templates that never appear in training. Private fields: ``_hops`` (the chain: each page's entity,
+templates that never appear in training, alternating (so its first tasks hold both). Private fields: ``_hops`` (the chain: each page's entity,
 the relation read there and its value), ``_answer`` and ``_template``. ``eval_judged.json`` holds the
 eval questions scored by the ``deepresearch.llm_as_judge`` op instead (an OpenAI-compatible endpoint
 named by ``{{JUDGE_BASE_URL}}`` / ``{{JUDGE_MODEL}}``).
@@ -191,7 +191,11 @@ def generate(
     train = _draw(rng, kb, TRAIN_TEMPLATES, n_train, "research-train", used)
     seen = _draw(rng, kb, TRAIN_TEMPLATES, n_eval // 2, "research-eval-seen", used)
     heldout = _draw(rng, kb, HELDOUT_TEMPLATES, n_eval - n_eval // 2, "research-eval-heldout", used)
-    evals = seen + heldout
+    evals = (
+        [t for pair in zip(seen, heldout, strict=False) for t in pair]
+        + seen[len(heldout) :]
+        + heldout[len(seen) :]
+    )
     return (
         render_pages(kb),
         [_task(*t, judged=False) for t in train],
