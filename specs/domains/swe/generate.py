@@ -62,7 +62,11 @@ OUTPUT_FORMAT = "When the bug is fixed, reply with a short summary of the change
 
 def run_tests(project_dir: Path, request: dict[str, Any], timeout_s: float = 3.0) -> dict[str, Any] | None:
     """``testrun.py``'s report for the project in ``project_dir``, or ``None`` if it hangs or crashes."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     try:
         done = subprocess.run(
             [PYTHON, "-c", catalog.runner_source()],
@@ -75,8 +79,8 @@ def run_tests(project_dir: Path, request: dict[str, Any], timeout_s: float = 3.0
         )
     except subprocess.TimeoutExpired:
         return None
-    lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
-    return json.loads(lines[-1][len(MARKER) :]) if lines else None
+    lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER + " ")]
+    return json.loads(lines[-1][len(MARKER) + 1 :]) if lines else None
 
 
 class Project:
@@ -91,7 +95,9 @@ class Project:
         self._write(None)
         baseline = run_tests(self.dir, self.request)
         if baseline is None or baseline["hidden_failing"] or not baseline["visible_ok"]:
-            raise RuntimeError(f"swe project {name}: the pristine project does not pass its tests: {baseline}")
+            raise RuntimeError(
+                f"swe project {name}: the pristine project does not pass its tests: {baseline}"
+            )
         self.baseline: list[str] = baseline["probes"]
         self.lines = catalog.source_lines(name)
         self.sites = [m for rel in catalog.source_files(name) for m in sites(self.files[rel].decode(), rel)]
@@ -118,7 +124,7 @@ class Project:
             return None
         changed = [
             (expr, want, got)
-            for expr, want, got in zip(self.probes["exprs"], self.baseline, report["probes"])
+            for expr, want, got in zip(self.probes["exprs"], self.baseline, report["probes"], strict=False)
             if want != got
         ]
         return {**report, "changed": changed} if changed else None
@@ -175,7 +181,9 @@ def _difficulty(kind: str, visible_passes: bool, lines: int) -> str:
     return "easy" if score <= 2 else "medium" if score == 3 else "hard"
 
 
-def _task(instance_id: str, project: Project, mutation: Mutation, report: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+def _task(
+    instance_id: str, project: Project, mutation: Mutation, report: dict[str, Any], rng: random.Random
+) -> dict[str, Any]:
     visible_passes = bool(report["visible_ok"])
     return {
         "instance_id": instance_id,

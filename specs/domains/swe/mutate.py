@@ -175,7 +175,7 @@ class _Sites(ast.NodeVisitor):
 
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
         old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
-        for left, right in zip(node.values, node.values[1:]):
+        for left, right in zip(node.values, node.values[1:], strict=False):
             self._between(left, right, old, new, "wrong_operator")
         self.generic_visit(node)
 
@@ -250,8 +250,12 @@ class _Sites(ast.NodeVisitor):
                 block = getattr(parent, field, None)
                 if not isinstance(block, list):
                     continue
-                for stmt, following in zip(block, block[1:]):
-                    if not isinstance(stmt, ast.If) or stmt.orelse or not isinstance(stmt.body[-1], _ENDS_CASE):
+                for stmt, following in zip(block, block[1:], strict=False):
+                    if (
+                        not isinstance(stmt, ast.If)
+                        or stmt.orelse
+                        or not isinstance(stmt.body[-1], _ENDS_CASE)
+                    ):
                         continue
                     start, end = stmt.lineno, stmt.end_lineno or stmt.lineno
                     context = self.lines[following.lineno - 1]

@@ -8,7 +8,8 @@ stdin::
 It writes the hidden tests into a fresh temporary directory (never the project), runs them with
 ``unittest`` against the project in the current directory, optionally runs the project's own suite
 (``tests/``) and evaluates probe expressions (``repr`` of the value, or ``raises <Error>: <message>``),
-and prints one last line ``SWE-RESULT <json>``::
+and prints one last line ``SWE-RESULT <nonce> <json>`` (the request's ``nonce``, so output the
+project prints cannot pass for the report)::
 
     {"hidden_ran": 21, "hidden_failing": ["check_x.C.test_y", ...], "reasons": {"check_x.C.test_y": "..."},
      "visible_ok": true, "probes": ["Interval(2, 5)", "raises ValueError: ..."]}
@@ -88,7 +89,7 @@ def main() -> None:
     if probes:
         report["probes"] = _probes(probes["setup"], probes["exprs"])
     sys.stdout.flush()
-    print("\n" + MARKER + json.dumps(report), flush=True)
+    print("\n" + MARKER + str(request.get("nonce", "")) + " " + json.dumps(report), flush=True)
 
 
 if __name__ == "__main__":

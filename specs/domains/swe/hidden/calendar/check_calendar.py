@@ -28,7 +28,9 @@ class CheckDates(unittest.TestCase):
         self.assertEqual([y for y in (1900, 2000, 2023, 2024, 2100, 2400) if is_leap(y)], [2000, 2024, 2400])
 
     def test_days_in_month(self):
-        self.assertEqual([days_in_month(2023, m) for m in range(1, 13)], [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+        self.assertEqual(
+            [days_in_month(2023, m) for m in range(1, 13)], [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        )
         self.assertEqual(days_in_month(2024, 2), 29)
         self.assertEqual(days_in_month(1900, 2), 28)
         for bad in (0, 13):

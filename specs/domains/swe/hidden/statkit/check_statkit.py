@@ -1,6 +1,17 @@
 import unittest
 
-from statkit import correlation, histogram, mean, median, mode, moving_average, percentile, stdev, variance, zscores
+from statkit import (
+    correlation,
+    histogram,
+    mean,
+    median,
+    mode,
+    moving_average,
+    percentile,
+    stdev,
+    variance,
+    zscores,
+)
 
 
 class CheckDescribe(unittest.TestCase):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+
 def convert_value(text: str, empty: Any = None) -> Any:
     """``text`` as an int, a float, a bool (true/false, yes/no), or the text itself; ``empty`` for ""."""
     if text == "":

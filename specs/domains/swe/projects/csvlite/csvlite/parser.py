@@ -81,8 +81,8 @@ def parse(
     if len(set(names)) != len(names):
         raise ParseError(f"duplicate column names in header {names}", lines[0][0])
     records: list[dict[str, str]] = []
-    for (number, _), fields in zip(lines[1:], rows[1:]):
+    for (number, _), fields in zip(lines[1:], rows[1:], strict=False):
         if len(fields) != len(names):
             raise ParseError(f"expected {len(names)} fields, got {len(fields)}", number)
-        records.append(dict(zip(names, fields)))
+        records.append(dict(zip(names, fields, strict=False)))
     return records

@@ -17,9 +17,7 @@ def format_field(value: Any, delimiter: str = ",", quote: str = '"') -> str:
         text = str(int(value))
     else:
         text = str(value)
-    needs_quotes = (
-        delimiter in text or quote in text or "\n" in text or text != text.strip()
-    )
+    needs_quotes = delimiter in text or quote in text or "\n" in text or text != text.strip()
     if needs_quotes:
         return quote + text.replace(quote, quote * 2) + quote
     return text
@@ -29,9 +27,7 @@ def format_row(values: Sequence[Any], delimiter: str = ",") -> str:
     return delimiter.join(format_field(v, delimiter) for v in values)
 
 
-def dumps(
-    rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, delimiter: str = ","
-) -> str:
+def dumps(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, delimiter: str = ",") -> str:
     """CSV text with a header line: ``columns`` (default: the keys of the first row, in order).
     A missing key is an empty field. Every line ends with a newline."""
     if columns is None:

@@ -75,7 +75,7 @@ class IntervalSet:
 
     def gaps(self) -> list[Interval]:
         """The intervals between consecutive members."""
-        return [Interval(a.end, b.start) for a, b in zip(self._items, self._items[1:])]
+        return [Interval(a.end, b.start) for a, b in zip(self._items, self._items[1:], strict=False)]
 
     def largest(self, count: int = 1) -> list[Interval]:
         """The ``count`` longest intervals, longest first (earlier first on ties)."""

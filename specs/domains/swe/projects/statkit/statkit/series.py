@@ -52,7 +52,7 @@ def correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
     if len(xs) < 2:
         raise ValueError("correlation needs at least 2 pairs")
     mx, my = mean(xs), mean(ys)
-    cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False))
     sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
     sy = math.sqrt(sum((y - my) ** 2 for y in ys))
     if sx == 0 or sy == 0:
