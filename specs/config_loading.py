@@ -120,6 +120,9 @@ def apply_override(data: dict[str, Any], override: str, root: type[msgspec.Struc
     for depth, key in enumerate(keys):
         fields = struct_fields(tp)
         here = ".".join(keys[:depth]) or "top level"
+        if fields is None and typing.get_origin(tp) is dict and depth == len(keys) - 1:
+            node[key] = _override_value(raw, typing.get_args(tp)[1], where)  # a map's entry: task_vars.X=1
+            return
         if fields is None:
             raise SpecError(COMMAND_LINE, where, f"{here} is not a section; it has no key {key!r}")
         if key not in fields:

@@ -220,23 +220,51 @@ def test_the_expert_policy_runs_the_pipeline_without_a_model_and_ends_with_the_s
     assert result["policy"] == "expert" and result["tasks"] == 3
 
 
+UNSEEN_TASKS = [
+    {
+        "instance_id": "clock-0",
+        "category": "clock/convert",
+        "question": "It is 09:30 in Europe/Paris. What time is it then in Asia/Tokyo? Use the time tools.",
+        "output_format": "End with: The time is HH:MM.",
+        "mcp_servers": [{"name": "time"}],
+        "evaluators": [{"func": "raw", "op": "contain", "value": "{{EXPECTED_TIME}}"}],
+    },
+    {
+        "instance_id": "notes-0",
+        "category": "notes/sql",
+        "question": "Create a table notes(id INTEGER, body TEXT) in the database and say DONE.",
+        "mcp_servers": [{"name": "sqlite", "tools": ["create_table", "list_tables"]}],
+        "evaluators": [{"func": "raw", "op": "contain", "value": "DONE"}],
+    },
+]
+"""A task set the code has never seen: two third-party servers from PyPI (``mcp-server-time``,
+``mcp-server-sqlite``, unchanged, from ``tests/servers/thirdparty``), generic ops only, no hooks,
+no expert, a ``{{VAR}}`` filled from ``domain.task_vars``."""
+
+
 @pytest.mark.slow
-def test_a_greedy_eval_of_the_demo_model_on_two_tasks_writes_its_table_and_json(
+def test_a_greedy_eval_of_the_demo_model_on_an_unseen_task_set_runs_with_no_code_change(
     tmp_path: Path, model_dir: Path
 ) -> None:
+    tasks = tmp_path / "unseen.json"
+    tasks.write_text(json.dumps(UNSEEN_TASKS))
     env = clean_env()
     command = [
         sys.executable,
         "launch/eval.py",
-        "--config",
-        "launch/configs/demo.yaml",
         "--model",
         str(model_dir),
-        "--limit",
-        "2",
         f"output_dir={tmp_path}",
         "run_name=ev",
+        f"domain.eval_tasks={tasks}",
+        "domain.servers=tests/servers/thirdparty/servers.json",
+        "domain.hook_modules=[]",
+        "domain.expert=null",
+        "warmstart.enabled=false",
+        "domain.task_vars.EXPECTED_TIME=16:30",
         "rollout.max_new_tokens=48",
+        "rollout.max_context_tokens=4096",
+        "generator.max_model_len=4096",
         "ray.num_cpus=2",
     ]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -247,13 +275,19 @@ def test_a_greedy_eval_of_the_demo_model_on_two_tasks_writes_its_table_and_json(
     assert done.stdout.splitlines()[-1].endswith(" lost=0")
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("domain"))
-    assert lines[header + 1].split()[:3] == ["all", "2", "2"]
-    assert lines[header + 2].split()[:3] == ["arithmetic", "2", "2"]
+    assert [lines[header + k].split()[:3] for k in (1, 2, 3)] == [
+        ["all", "2", "2"],
+        ["clock", "1", "1"],
+        ["notes", "1", "1"],
+    ]
     result = json.loads((tmp_path / "ev" / f"eval-eval-{model_dir.name}.json").read_text())
     greedy = result["runs"]["greedy"]
     assert result["tasks"] == 2 and greedy["temperature"] == 0.0 and greedy["lost"] == {}
     assert greedy["rows"]["all"]["episodes"] == {"mean": 2.0, "stderr": 0.0}
     assert 0.0 <= greedy["rows"]["all"]["success"]["mean"] <= 1.0
     assert greedy["rows"]["all"]["input_tokens"]["mean"] > 0  # the prompt alone is read at turn 1
-    episodes = Path(greedy["trajectories"]).read_text().splitlines()
+    episodes = [json.loads(line) for line in Path(greedy["trajectories"]).read_text().splitlines()]
     assert len(episodes) == 2
+    assert (
+        any("16:30" in m["content"] for e in episodes for m in e["messages"] if m["role"] == "user") is False
+    )

@@ -48,6 +48,15 @@ def test_overrides_parse_values_as_yaml(tmp_path: Path) -> None:
     assert cfg.run_dir == "runs/x1" and cfg.checkpoint_dir == "/ck"
 
 
+def test_an_override_sets_one_entry_of_a_map_keeping_the_others(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("domain:\n  task_vars: {OWNER: acme}\n")
+    cfg = load_run_config(path, ["domain.task_vars.JUDGE_MODEL=qwen", "domain.task_vars.PORT=8000"])
+    assert cfg.domain.task_vars == {"OWNER": "acme", "JUDGE_MODEL": "qwen", "PORT": "8000"}
+    with pytest.raises(SpecError, match="domain.task_vars is not a section; it has no key .X."):
+        load_run_config(None, ["domain.task_vars.X.Y=1"])
+
+
 def test_an_unknown_override_key_names_the_path_and_lists_valid_keys() -> None:
     with pytest.raises(SpecError) as info:
         load_run_config(None, ["rollout.grop_size=4"])
