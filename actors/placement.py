@@ -134,7 +134,7 @@ def start_actors(
         run_id,
         cfg.env.max_live,
         cfg.env.reuse,
-        hook_modules=cfg.domain.hook_modules,
+        hook_modules=cfg.hook_modules,
         ttl_s=cfg.env.ttl_s,
         watchdog=True,  # a killed driver (and with it this actor) leaves no environment behind
         ray_options=here,
@@ -143,7 +143,7 @@ def start_actors(
     plan = device_plan(cfg.placement, ray.cluster_resources().get("GPU", 0.0), learner=learner)
     group, on_device = _device_options(plan)
     evaluator = remote_class(Evaluator, **here).remote(
-        hook_modules=cfg.domain.hook_modules, scoring=scoring_for(cfg)
+        hook_modules=cfg.hook_modules, scoring=scoring_for(cfg)
     )
     handles: list[Any] = [pool, gateway, evaluator]
     engine = None

@@ -203,13 +203,18 @@ def model_tag(model_dir: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "model"
 
 
-def task_domains(tasks: Sequence[Any], by: str) -> dict[str, str] | None:
-    """``task_id -> row`` for ``metrics_with_stderr``: ``category`` up to its first ``/`` (``domain``),
-    the whole ``category``, or ``None`` (``none``: the overall row only)."""
+def task_domains(
+    tasks: Sequence[Any], by: str, mixed: Mapping[str, Sequence[Any]] | None = None
+) -> dict[str, str] | None:
+    """``task_id -> row`` for ``metrics_with_stderr``: ``category`` up to its first ``/`` (``domain``;
+    in a run that mixes domains, ``mixed``, the domain each task came from), the whole ``category``,
+    or ``None`` (``none``: the overall row only)."""
     if by not in GROUPINGS:
         raise ValueError(f"task_domains: by={by!r}; expected one of {GROUPINGS}")
     if by == "none":
         return None
+    if by == "domain" and mixed is not None:
+        return {t.instance_id: name for name, group in mixed.items() for t in group}
     return {t.instance_id: t.category if by == "category" else t.category.split("/", 1)[0] for t in tasks}
 
 
@@ -220,6 +225,8 @@ class EvalPlan(msgspec.Struct, frozen=True, kw_only=True):
     """The run config, ``model.path`` set to ``model_dir``."""
     policy: str
     """``model`` or ``expert`` (``POLICIES``)."""
+    expert: Any
+    """The scripted expert's ``respond`` with ``--policy expert`` (``launch.experts``), else ``None``."""
     model_dir: str
     tag: str
     split: str
@@ -234,21 +241,21 @@ class EvalPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 def plan_eval(args: argparse.Namespace) -> EvalPlan:
     """Load and check the config, the model path and the split's tasks; ``SpecError`` on bad input."""
-    from specs.check import load_checked_tasks
+    from launch.experts import run_expert
+    from specs.check import interleaved, load_split
 
     cfg = load_run_config(args.config, args.overrides)
     model_dir = resolve_model_dir(args.model or cfg.model.path)
-    if args.policy == "expert" and not cfg.domain.expert:
-        raise SpecError(args.config or "the default config", "domain.expert", "--policy expert needs one")
     cfg = msgspec.structs.replace(cfg, model=msgspec.structs.replace(cfg.model, path=model_dir))
     if args.observation_rule is not None:
         rollout = msgspec.structs.replace(cfg.rollout, observation_rule=args.observation_rule)
         cfg = msgspec.structs.replace(cfg, rollout=rollout)
-    task_file = cfg.domain.eval_tasks if args.split == "eval" else cfg.domain.tasks
-    domain = cfg.domain
-    tasks = load_checked_tasks(task_file, domain.servers, domain.hook_modules, args.limit, domain.task_vars)
+    split = load_split(cfg, args.split, args.limit)  # with mix: the first --limit of each domain
+    tasks = interleaved(split)
+    task_file = " + ".join(d.eval_tasks if args.split == "eval" else d.tasks for d in cfg.domains)
     if not tasks:
         raise SpecError(task_file, "tasks", "no task in the file; expected at least one to evaluate")
+    expert = run_expert(cfg, split) if args.policy == "expert" else None
     tag = "expert" if args.policy == "expert" else model_tag(model_dir)
     return EvalPlan(
         cfg=cfg,
@@ -258,7 +265,8 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
         split=args.split,
         task_file=task_file,
         tasks=tasks,
-        domains=task_domains(tasks, args.by),
+        domains=task_domains(tasks, args.by, split if cfg.mix else None),
+        expert=expert,
         samples=args.samples,
         temperature=args.temperature if args.temperature is not None else cfg.rollout.temperature,
         output=args.output or os.path.join(cfg.run_dir, f"eval-{args.split}-{tag}.json"),
@@ -278,7 +286,7 @@ def report(plan: EvalPlan, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, A
         "split": plan.split,
         "task_file": plan.task_file,
         "tasks": len(plan.tasks),
-        "domain": plan.cfg.domain.name,
+        "domain": " + ".join(d.name for d in plan.cfg.domains),
         "max_turns": plan.cfg.eval_max_turns,
         "observation_rule": None if rule is None else msgspec.to_builtins(rule),
         "runs": {name: {**run, "rows": rows_json(run["rows"])} for name, run in runs.items()},
@@ -294,7 +302,6 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
     from policies.replay import check_replay
     from policies.scripted import ScriptedEngine
     from policies.types import SamplingConfig
-    from specs.registry import resolve_import
 
     cfg = plan.cfg
     run_id = f"eval-{cfg.run_name}-{uuid.uuid4().hex[:6]}"
@@ -305,9 +312,9 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
     ) as s:
         engine_for = None
         if expert:
-            respond = resolve_import(cfg.domain.expert or "", "domain.expert")
-            engine_for = functools.partial(ScriptedEngine, s.tokenizer, respond)
-        who = f"the expert {cfg.domain.expert}" if expert else f"model {plan.model_dir}"
+            engine_for = functools.partial(ScriptedEngine, s.tokenizer, plan.expert)
+        experts = ", ".join(str(d.expert) for d in cfg.domains)
+        who = f"the expert {experts}" if expert else f"model {plan.model_dir}"
         print(f"eval {run_id}: {who}, {len(plan.tasks)} {plan.split} task(s)", flush=True)
         runs = [("greedy", 1, s.greedy)]
         if plan.samples:

@@ -14,7 +14,7 @@ from actors.placement import publish_weights, training_phase
 from launch.session import Session
 from launch.tasks import TaskStream
 from policies.batch import demonstration_samples
-from policies.metrics import episode_metrics
+from policies.metrics import OVERALL, episode_metrics, metrics_with_stderr
 from policies.scripted import Respond, ScriptedEngine
 from specs.task import TaskSpec
 
@@ -28,6 +28,11 @@ async def evaluate(s: Session, tasks: Sequence[TaskSpec], phase: str, step: int)
     s.reporter.write_trajectories(f"eval_{phase}", trajectories, s.tokenizer)
     lost = sum(t.status != "ok" for t in trajectories)
     metrics = {**episode_metrics(trajectories), "lost": float(lost)}
+    if s.domain_of:  # a run that mixes domains: each domain's numbers too (W&B, not the table)
+        rows = metrics_with_stderr(trajectories, s.domain_of)
+        metrics |= {
+            f"{d}/{k}": mean for d, row in rows.items() if d != OVERALL for k, (mean, _) in row.items()
+        }
     s.reporter.log(f"eval/{phase}", step, metrics)
     return metrics
 

@@ -27,7 +27,7 @@ from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
 from specs.config import RunConfig
 from specs.env import EnvConfig
-from specs.servers import load_server_registry
+from specs.servers import load_server_registries
 from specs.task import TaskSpec
 
 
@@ -56,7 +56,8 @@ class Session:
     ) -> None:
         self.cfg, self.run_id, self.tokenizer = cfg, run_id, tokenizer
         self.actors, self.reporter = actors, reporter
-        self.env_config_for = env_config_resolver(load_server_registry(cfg.domain.servers), cfg.env)
+        registry = load_server_registries([d.servers for d in cfg.domains])
+        self.env_config_for = env_config_resolver(registry, cfg.env)
         stop_ids = (tokenizer.eos_token_id,)
         self.greedy = SamplingConfig(temperature=0.0, stop_token_ids=stop_ids)
         self.sampling = SamplingConfig(
@@ -64,6 +65,8 @@ class Session:
         )
         self.limits = episode_limits(cfg)
         self.eval_limits = episode_limits(cfg, cfg.eval_max_turns)
+        self.domain_of: dict[str, str] = {}
+        """``task_id -> domain`` in a run that mixes domains (``cfg.mix``): evals report each domain."""
 
     def recorder(self) -> ChatRecorder:
         """A fresh recorder for one episode (and for replaying one: ``policies.replay``)."""
@@ -87,7 +90,7 @@ class Session:
             observation_rule=rollout.observation_rule,
             retries=rollout.retries,
             group_timeout_s=rollout.group_timeout_s,
-            hook_modules=self.cfg.domain.hook_modules,
+            hook_modules=self.cfg.hook_modules,
         )
 
     def _generator(self, task: TaskSpec) -> Engine:

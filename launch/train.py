@@ -32,30 +32,32 @@ from specs.errors import SpecError  # noqa: E402
 async def train(cfg: RunConfig, verbose: bool = False) -> int:
     from actors.placement import publish_weights
     from launch.checkpoints import read_progress, resolve_resume
+    from launch.experts import run_expert
     from launch.phases import evaluate, warm_start
     from launch.session import open_session
     from launch.steps import run_steps
     from launch.tasks import CuratedTasks, TaskStream
-    from specs.check import load_checked_tasks
-    from specs.registry import resolve_import
+    from specs.check import interleaved, load_split
 
     run_id = f"{cfg.run_name}-{uuid.uuid4().hex[:6]}"
-    domain = cfg.domain  # refused now, not mid-run: the tasks, their servers, ops and hooks, the expert
-    train_tasks = load_checked_tasks(
-        domain.tasks, domain.servers, domain.hook_modules, cfg.train.curation_pool, domain.task_vars
-    )
-    eval_tasks = load_checked_tasks(
-        domain.eval_tasks, domain.servers, domain.hook_modules, cfg.train.eval_tasks_limit, domain.task_vars
-    )
-    expert = resolve_import(domain.expert) if cfg.warmstart.enabled and domain.expert else None
+    # refused now, not mid-run: the tasks of every domain, their servers, ops and hooks, the expert
+    train_split = load_split(cfg, "train", cfg.train.curation_pool)
+    eval_split = load_split(cfg, "eval", cfg.train.eval_tasks_limit)
+    train_tasks, eval_tasks = interleaved(train_split), interleaved(eval_split)
+    expert = run_expert(cfg, train_split, eval_split) if cfg.warmstart.enabled else None
     stream = TaskStream(train_tasks, cfg.seed)
     resume = resolve_resume(cfg.train.resume, cfg.checkpoint_dir)
 
     async with open_session(cfg, run_id, learner=True, verbose=verbose) as s:
         print(
-            f"run {run_id}: {cfg.domain.name} domain, model {cfg.model.path}, output {cfg.run_dir}",
+            f"run {run_id}: {' + '.join(d.name for d in cfg.domains)}, model {cfg.model.path}, "
+            f"output {cfg.run_dir}",
             flush=True,
         )
+        if cfg.mix:
+            s.domain_of = {
+                t.instance_id: d for split in (train_split, eval_split) for d, ts in split.items() for t in ts
+            }
         await s.prewarm(train_tasks)
         tasks = CuratedTasks(s, stream)
         results: dict[str, dict[str, float]] = {}

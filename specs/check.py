@@ -15,13 +15,14 @@ hook modules are given (``--hooks``; a cleanup may name a server's tool, so it i
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from specs.config import load_run_config
+from specs.config import RunConfig, load_run_config
 from specs.errors import EvaluatorError, SpecError, raise_all
 from specs.evaluator_grammar import GENERIC_OPS, parse_func
 from specs.registry import resolve
@@ -72,6 +73,31 @@ def load_checked_tasks(
     tasks = load_tasks(path, environment(variables))[:limit]
     raise_all(check_task_semantics(tasks, path, load_server_registry(servers), hook_modules)[0])
     return tasks
+
+
+def load_split(
+    cfg: RunConfig, split: Literal["train", "eval"], limit: int | None = None
+) -> dict[str, list[TaskSpec]]:
+    """Each domain's tasks of ``split`` (``domain.tasks`` or ``domain.eval_tasks``), the first
+    ``limit`` of each, checked as ``load_checked_tasks`` checks them, by domain name. Instance ids
+    must be unique across domains (``SpecError`` naming both files)."""
+    out: dict[str, list[TaskSpec]] = {}
+    seen: dict[str, str] = {}
+    for domain in cfg.domains:
+        path = domain.eval_tasks if split == "eval" else domain.tasks
+        tasks = load_checked_tasks(path, domain.servers, domain.hook_modules, limit, domain.task_vars)
+        for task in tasks:
+            if task.instance_id in seen:
+                raise SpecError(path, f"task {task.instance_id!r}", f"also in {seen[task.instance_id]}")
+            seen[task.instance_id] = path
+        out[domain.name] = tasks
+    return out
+
+
+def interleaved(by_domain: Mapping[str, Sequence[TaskSpec]]) -> list[TaskSpec]:
+    """The tasks of every domain, taking one of each in turn (a mixed run's task list)."""
+    lists = list(by_domain.values())
+    return [t for row in itertools.zip_longest(*lists) for t in row if t is not None]
 
 
 def check_task_semantics(
@@ -147,23 +173,25 @@ def _check_servers(file: str, data: Any) -> str:
 def _check_config(file: str, hooks: Sequence[str]) -> str:
     cfg = load_run_config(file)
     problems: list[SpecError] = []
-    servers: ServerRegistry | None = None
-    try:
-        servers = load_server_registry(cfg.domain.servers)
-    except SpecError as e:
-        problems.extend(_problems(e))
     counts = []
-    for task_file in (cfg.domain.tasks, cfg.domain.eval_tasks):
+    for domain in cfg.domains:
+        servers: ServerRegistry | None = None
         try:
-            tasks = load_tasks(task_file, environment(cfg.domain.task_vars))
+            servers = load_server_registry(domain.servers)
         except SpecError as e:
             problems.extend(_problems(e))
-            continue
-        found, _ = check_task_semantics(tasks, task_file, servers, tuple(hooks) or cfg.domain.hook_modules)
-        problems.extend(found)
-        counts.append(len(tasks))
+        for task_file in (domain.tasks, domain.eval_tasks):
+            try:
+                tasks = load_tasks(task_file, environment(domain.task_vars))
+            except SpecError as e:
+                problems.extend(_problems(e))
+                continue
+            found, _ = check_task_semantics(tasks, task_file, servers, tuple(hooks) or domain.hook_modules)
+            problems.extend(found)
+            counts.append(len(tasks))
     raise_all(problems)
-    return f"{file}: run config {cfg.run_name!r}, domain {cfg.domain.name} ({' + '.join(map(str, counts))} tasks)"
+    names = " + ".join(d.name for d in cfg.domains)
+    return f"{file}: run config {cfg.run_name!r}, domain {names} ({' + '.join(map(str, counts))} tasks)"
 
 
 def check_file(path: str, servers: ServerRegistry | None, hooks: Sequence[str]) -> str:

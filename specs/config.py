@@ -319,6 +319,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Root directory of run outputs."""
     domain: DomainConfig = msgspec.field(default_factory=DomainConfig)
     """Tasks, servers and hooks of the domain."""
+    mix: tuple[DomainConfig, ...] = ()
+    """A run over several domains (``launch/configs/mixed.yaml``): each entry's tasks, servers,
+    hooks, expert and task_vars, as ``domain`` gives them for one. The run draws from all of their
+    tasks, interleaved, and reports eval metrics per domain (``<name>/success``...); ``domain.name``
+    and ``domain.system_prompt`` still name and prompt the run. Empty: ``domain`` alone."""
     model: ModelConfig = msgspec.field(default_factory=ModelConfig)
     """Policy model."""
     env: EnvPoolConfig = msgspec.field(default_factory=EnvPoolConfig)
@@ -349,10 +354,14 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Ray cluster."""
 
     def __post_init__(self) -> None:
-        if self.warmstart.enabled and not self.domain.expert:
+        if self.warmstart.enabled and not all(d.expert for d in self.domains):
+            where = "an expert for every mix entry" if self.mix else "domain.expert"
             raise ValueError(
-                "warmstart.enabled needs domain.expert: the demonstrations come from the scripted expert"
+                f"warmstart.enabled needs {where}: the demonstrations come from the scripted expert"
             )
+        names = [d.name for d in self.mix]
+        if len(set(names)) != len(names):
+            raise ValueError(f"mix: each domain needs a name of its own, got {names}")
         if (
             self.algorithm.reasoning_reward or self.algorithm.surgery
         ) and self.rollout.reasoning_format == "none":
@@ -372,6 +381,16 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
                 f"rollout.max_context_tokens ({self.rollout.max_context_tokens}) must be <= "
                 f"generator.max_model_len ({self.generator.max_model_len}): the engine cannot hold a longer conversation"
             )
+
+    @property
+    def domains(self) -> tuple[DomainConfig, ...]:
+        """The domains the run draws tasks from: ``mix``, or ``domain`` alone."""
+        return self.mix or (self.domain,)
+
+    @property
+    def hook_modules(self) -> tuple[str, ...]:
+        """Every domain's hook modules, each once, in order."""
+        return tuple(dict.fromkeys(m for d in self.domains for m in d.hook_modules))
 
     @property
     def run_dir(self) -> str:

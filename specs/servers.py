@@ -26,7 +26,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -236,3 +236,22 @@ def parse_server_registry(data: Any, file: str) -> ServerRegistry:
 def load_server_registry(path: str | os.PathLike[str]) -> ServerRegistry:
     """Load a ``server_list.json``-shaped file; ``SpecError`` on unreadable JSON or bad entries."""
     return parse_server_registry(read_json_file(path), str(path))
+
+
+def load_server_registries(paths: Sequence[str]) -> ServerRegistry:
+    """One registry of several files (a run mixing domains); a name two files give differently is
+    a ``SpecError`` naming both (the same entry twice is fine: a shared third-party server)."""
+    if len(paths) == 1:
+        return load_server_registry(paths[0])
+    entries: dict[str, ServerEntry] = {}
+    source: dict[str, str] = {}
+    for path in dict.fromkeys(paths):
+        registry = load_server_registry(path)
+        for name in registry.names():
+            entry = registry.entry(name)
+            if name in entries and entries[name] != entry:
+                raise SpecError(
+                    path, f"server {name!r}", f"differs from the entry of the same name in {source[name]}"
+                )
+            entries[name], source[name] = entry, path
+    return ServerRegistry(entries, " + ".join(dict.fromkeys(paths)))
