@@ -38,7 +38,14 @@ def tasks(split: str = "eval") -> list[TaskSpec]:
 
 def reply(text: str = "done") -> Trajectory:
     return Trajectory(
-        task_id="t", group_id="g", token_ids=[], trainable=[], logprobs=[], versions=[], messages=[], final_answer=text
+        task_id="t",
+        group_id="g",
+        token_ids=[],
+        trainable=[],
+        logprobs=[],
+        versions=[],
+        messages=[],
+        final_answer=text,
     )
 
 
@@ -90,7 +97,9 @@ def test_eval_holds_out_a_project_and_a_mutation_kind() -> None:
     assert "swe/negated_condition" in {t.category for t in evals}
     for task in train + evals:
         assert task.private["_hidden_failing"], task.instance_id
-        assert task.private["_mutation"]["original"] not in task.instruction  # the report shows the symptom only
+        assert (
+            task.private["_mutation"]["original"] not in task.instruction
+        )  # the report shows the symptom only
         assert task.build_args == {"PROJECT": task.private["_project"]}
 
 
@@ -160,10 +169,16 @@ async def test_the_expert_fixes_bugs_through_the_real_shell_server_on_bwrap(
     cfg = load_run_config(CONFIG)
     chosen = [tasks()[0], next(t for t in tasks() if t.category == "swe/missing_case")]
     episodes = await run_domain(cfg, chosen, "bwrap", tmp_path / "envs", tokenizer)
-    assert [(e.status, e.succeeded) for e in episodes] == [("ok", True), ("ok", True)], [e.error for e in episodes]
+    assert [(e.status, e.succeeded) for e in episodes] == [("ok", True), ("ok", True)], [
+        e.error for e in episodes
+    ]
     for episode in episodes:
         names = [c.name for c in episode.tool_calls]
         assert names == ["shell__shell_execute"] * 3 and all(c.ok for c in episode.tool_calls)
         assert episode.score is not None and "hidden tests pass" in episode.score.verdicts[0].message
         commands = [json.dumps(c.arguments["command"]) for c in episode.tool_calls]
-        assert commands[0].startswith('["grep"') and commands[1].startswith('["patch"') and commands[2] == '["make", "test"]'
+        assert (
+            commands[0].startswith('["grep"')
+            and commands[1].startswith('["patch"')
+            and commands[2] == '["make", "test"]'
+        )
