@@ -9,75 +9,37 @@ the real pipeline (EnvPool + McpGateway + Evaluator), two servers in one episode
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from transformers import AutoTokenizer
 
 from actors.env_pool import EnvPool
-from actors.evaluator import Evaluator
-from actors.mcp_gateway import McpGateway
-from actors.rollout import RolloutPipeline, env_config_resolver
-from policies.react import EpisodeLimits
-from policies.scripted import ScriptedEngine
-from policies.tokens import ChatRecorder
-from policies.types import SamplingConfig
+from specs.config import load_run_config
 from specs.domains.apps import generate
-from specs.domains.apps.expert import respond
 from specs.domains.apps.hooks import seed_db, seed_sql, sql_state
 from specs.env import EnvConfig, EnvHandle
-from specs.servers import load_server_registry
 from specs.task import TaskSpec, load_tasks
 from tests.backends import make_backend, run_id
+from tests.episodes import run_domain
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parent.parent
 DOMAIN = REPO / "specs" / "domains" / "apps"
 HOOKS = ("specs.domains.apps.hooks",)
-LIMITS = EpisodeLimits(max_turns=12, max_new_tokens=256, max_context_tokens=8192)  # as launch/configs/apps.yaml
+CONFIG = REPO / "launch" / "configs" / "apps.yaml"
 NO_TRAJECTORY: Any = None  # apps.sql_state reads the environment, not the trajectory
 APPS_PYTHON = REPO / ".cache" / "servers" / "apps" / "bin" / "python"
 needs_servers = pytest.mark.skipif(
-    not APPS_PYTHON.exists(), reason="apps server venv missing: python -m launch.server_envs specs/domains/apps"
+    not APPS_PYTHON.exists(),
+    reason="apps server venv missing: python -m launch.server_envs specs/domains/apps",
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_dir: Path) -> Any:
-    return AutoTokenizer.from_pretrained(model_dir)
 
 
 def task(instance_id: str, split: str = "train") -> TaskSpec:
     return next(t for t in load_tasks(DOMAIN / "tasks" / f"{split}.json") if t.instance_id == instance_id)
-
-
-async def run_expert(
-    root: Path, tokenizer: Any, tasks: list[TaskSpec], backend: str, policy: Any = respond, timeout_s: float = 300
-) -> list[Any]:
-    """Run ``policy`` on each task once through the real pipeline; the trajectories, in task order."""
-    pool = EnvPool(make_backend(backend, root), run_id(), max_live=2, hook_modules=HOOKS)
-    async with McpGateway.running() as gateway:
-        pipeline = RolloutPipeline(
-            pool=pool,
-            gateway=gateway,
-            evaluator=Evaluator(HOOKS),
-            env_config_for=env_config_resolver(load_server_registry(DOMAIN / "servers.json")),
-            engine_for=lambda t: ScriptedEngine(tokenizer, policy, t),
-            recorder_factory=lambda: ChatRecorder(tokenizer),
-            acquire_workers=1,
-            run_workers=2,
-            eval_workers=1,
-        )
-        with anyio.fail_after(timeout_s):
-            groups = await pipeline.collect(tasks, 1, SamplingConfig(temperature=0.0), LIMITS)
-    await pool.shutdown()
-    by_id = {g.task_id: g.trajectories[0] for g in groups}
-    return [by_id[t.instance_id] for t in tasks]
 
 
 # --- generator and task files ---------------------------------------------------------------
@@ -107,7 +69,9 @@ def test_eval_holds_out_families_and_no_instruction_repeats() -> None:
 # --- the servers' business rules, through a real MCP client ---------------------------------
 
 
-async def call_tools(db_dir: Path, module: str, db: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+async def call_tools(
+    db_dir: Path, module: str, db: str, calls: list[tuple[str, dict[str, Any]]]
+) -> list[Any]:
     """Start ``module`` on ``db`` (in ``db_dir``) over stdio and make ``calls``: (is_error, payload) each."""
     params = StdioServerParameters(command=str(APPS_PYTHON), args=["-m", module, "--db", db], cwd=str(db_dir))
     out: list[Any] = []
@@ -132,7 +96,9 @@ def seeded(tmp_path: Path, name: str) -> Path:
 
 
 @needs_servers
-async def test_the_bank_refuses_overdrafts_and_unknown_payees_and_moves_money_otherwise(tmp_path: Path) -> None:
+async def test_the_bank_refuses_overdrafts_and_unknown_payees_and_moves_money_otherwise(
+    tmp_path: Path,
+) -> None:
     tools, *results = await call_tools(
         seeded(tmp_path, "bank"),
         "mcprl_apps.bank",
@@ -142,8 +108,14 @@ async def test_the_bank_refuses_overdrafts_and_unknown_payees_and_moves_money_ot
             ("pay_bill", {"account_id": "CHK-4001", "payee": "Nobody Inc", "amount": 10}),
             ("transfer", {"from_account_id": "CHK-4001", "to_account_id": "SAV-5002", "amount": 10}),
             ("transfer", {"from_account_id": "CHK-4001", "to_account_id": "SAV-5001", "amount": 10.5}),
-            ("receive_refund", {"account_id": "CHK-4001", "merchant": "ShopCo", "amount": 5, "reference": "RF-1"}),
-            ("receive_refund", {"account_id": "CHK-4001", "merchant": "ShopCo", "amount": 5, "reference": "RF-1"}),
+            (
+                "receive_refund",
+                {"account_id": "CHK-4001", "merchant": "ShopCo", "amount": 5, "reference": "RF-1"},
+            ),
+            (
+                "receive_refund",
+                {"account_id": "CHK-4001", "merchant": "ShopCo", "amount": 5, "reference": "RF-1"},
+            ),
             ("get_balance", {"account_id": "CHK-4001"}),
         ],
     )
@@ -176,7 +148,12 @@ async def test_the_shop_checks_stock_status_and_payment_amounts(tmp_path: Path) 
     )
     (e1, m1), (e2, order), (e3, m3), (e4, m4), (e5, m5), (e6, cancelled), (_, product) = results
     assert e1 and "only 0 in stock" in m1
-    assert not e2 and order["order_id"] == 1030 and order["total"] == 13.98 and order["status"] == "pending_payment"
+    assert (
+        not e2
+        and order["order_id"] == 1030
+        and order["total"] == 13.98
+        and order["status"] == "pending_payment"
+    )
     assert e3 and "delivered and can no longer be cancelled" in m3
     assert e4 and "amount due is 13.98" in m4
     assert e5 and "is not valid" in m5
@@ -187,7 +164,9 @@ async def test_the_shop_checks_stock_status_and_payment_amounts(tmp_path: Path) 
 # --- prepare, reset, verifier ---------------------------------------------------------------
 
 
-async def test_the_sql_verifier_fails_on_an_unreached_state_and_passes_once_it_is_reached(tmp_path: Path) -> None:
+async def test_the_sql_verifier_fails_on_an_unreached_state_and_passes_once_it_is_reached(
+    tmp_path: Path,
+) -> None:
     t = task("apps-train-0000")  # a transfer: balances and two ledger rows
     provisioner = make_backend("bwrap", tmp_path / "envs")
     env = await provisioner.create(EnvConfig(), run_id())
@@ -241,12 +220,10 @@ async def test_the_expert_pays_an_order_across_shop_and_bank_on_bwrap(
     tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO)
-    tasks = [t for t in load_tasks(DOMAIN / "tasks" / "train.json") if t.private["_template"] == "pay_order"][:1]
-    [trajectory] = await run_expert(tmp_path / "envs", tokenizer, tasks, "bwrap")
+    tasks = [t for t in load_tasks(DOMAIN / "tasks" / "train.json") if t.private["_template"] == "pay_order"][
+        :1
+    ]
+    [trajectory] = await run_domain(load_run_config(CONFIG), tasks, "bwrap", tmp_path / "envs", tokenizer)
     assert trajectory.status == "ok" and trajectory.succeeded, trajectory.score
     servers = [c.server for c in trajectory.tool_calls]
     assert {"shop", "bank"} <= set(servers) and all(c.ok for c in trajectory.tool_calls)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))

@@ -98,7 +98,11 @@ def _buy(cid: str, product_id: str, quantity: int) -> Generator[Call, Any, dict[
 
 def buy_cheapest(p: dict[str, Any]) -> Script:
     c = yield from _customer(p)
-    found = yield "shop__search_products", {"query": p["query"], "in_stock_only": True}, "Search what is in stock."
+    found = yield (
+        "shop__search_products",
+        {"query": p["query"], "in_stock_only": True},
+        "Search what is in stock.",
+    )
     cheapest = min(found["products"], key=lambda x: (x["price"], x["product_id"]))
     order = yield from _buy(c["customer_id"], cheapest["product_id"], p["quantity"])
     return f"I ordered {p['quantity']} x {cheapest['name']} (order {order['order_id']}, total {_money(order['total'])})."
@@ -106,7 +110,9 @@ def buy_cheapest(p: dict[str, Any]) -> Script:
 
 def _latest(p: dict[str, Any], status: str = "") -> Generator[Call, Any, dict[str, Any]]:
     c = yield from _customer(p)
-    args = {"customer_id": c["customer_id"], "status": status} if status else {"customer_id": c["customer_id"]}
+    args = (
+        {"customer_id": c["customer_id"], "status": status} if status else {"customer_id": c["customer_id"]}
+    )
     orders = yield "shop__list_orders", args, "List the user's orders (newest first)."
     if not orders["orders"]:
         raise ToolFailed(f"no {status or ''} order found".replace("  ", " "))
@@ -133,7 +139,9 @@ def _pay(p: dict[str, Any], order: dict[str, Any]) -> Generator[Call, Any, str]:
     txn = yield "bank__pay_bill", args, "Pay ShopCo the amount due."
     confirm = {"order_id": order_id, "amount": due, "bank_transaction_id": txn["transaction_id"]}
     yield "shop__confirm_payment", confirm, "Tell the shop about the payment."
-    return f"I paid {_money(due)} for order {order_id} from your checking account and the shop marked it paid."
+    return (
+        f"I paid {_money(due)} for order {order_id} from your checking account and the shop marked it paid."
+    )
 
 
 def pay_order(p: dict[str, Any]) -> Script:
@@ -143,7 +151,11 @@ def pay_order(p: dict[str, Any]) -> Script:
 
 def cancel_refund_bank(p: dict[str, Any]) -> Script:
     order = yield from _latest(p)
-    r = yield "shop__cancel_order", {"order_id": order["order_id"], "refund_to": "bank"}, "Cancel with a bank refund."
+    r = yield (
+        "shop__cancel_order",
+        {"order_id": order["order_id"], "refund_to": "bank"},
+        "Cancel with a bank refund.",
+    )
     ids = _ids((yield "bank__list_accounts", {"email": p["email"]}, "Find the account for the refund."))
     args = {
         "account_id": ids[p["kind"]],
@@ -171,7 +183,11 @@ BEST = (
 
 
 def best_seller(p: dict[str, Any]) -> Script:
-    rows = yield "shop_sql__read_query", {"query": BEST.format(category=p["category"])}, "Find the best seller."
+    rows = yield (
+        "shop_sql__read_query",
+        {"query": BEST.format(category=p["category"])},
+        "Find the best seller.",
+    )
     product_id = str(_scalar(rows))
     c = yield from _customer(p)
     order = yield from _buy(c["customer_id"], product_id, 1)
@@ -202,7 +218,11 @@ def move_then_pay(p: dict[str, Any]) -> Script:
 
 def address_then_buy(p: dict[str, Any]) -> Script:
     c = yield from _customer(p)
-    yield "shop__update_address", {"customer_id": c["customer_id"], "address": p["address"]}, "Update the address."
+    yield (
+        "shop__update_address",
+        {"customer_id": c["customer_id"], "address": p["address"]},
+        "Update the address.",
+    )
     product = yield from _by_name(p)
     order = yield from _buy(c["customer_id"], product["product_id"], 1)
     return f"Your address is updated and order {order['order_id']} ships to {order['ship_address']}."
@@ -232,7 +252,9 @@ def respond(task: Any, conversation: str) -> str:
     """The next assistant message for ``task`` given the conversation rendered so far."""
     plan = task.private.get("_plan")
     if not isinstance(plan, dict) or plan.get("family") not in SCRIPTS:
-        raise ValueError(f"task {task.instance_id}: the apps expert needs a private '_plan' with a known family")
+        raise ValueError(
+            f"task {task.instance_id}: the apps expert needs a private '_plan' with a known family"
+        )
     # Only what came after the task itself: the system prompt shows the tags as an example.
     after_task = conversation[conversation.rfind(task.instruction) + len(task.instruction) :]
     results = _RESPONSE.findall(after_task)

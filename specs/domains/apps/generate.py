@@ -48,7 +48,10 @@ HELDOUT_FAMILIES: dict[str, f.Family] = {
     "address_then_buy": h.address_then_buy,
     "spending_question": h.spending_question,
 }
-SEED_DBS = {"prepare_func": "apps.seed_db", "prepare_args": {"databases": {"shop.db": "shop", "bank.db": "bank"}}}
+SEED_DBS = {
+    "prepare_func": "apps.seed_db",
+    "prepare_args": {"databases": {"shop.db": "shop", "bank.db": "bank"}},
+}
 MAX_TRIES = 500
 
 
@@ -63,6 +66,7 @@ def _task(instance_id: str, family: str, d: f.Draft) -> dict[str, Any]:
         "prepares": [SEED_DBS],
         "evaluators": d["evaluators"],
         "reference_calls": d["reference_calls"],
+        **({"cleanups": d["cleanups"]} if "cleanups" in d else {}),
         "_plan": d["_plan"],
         "_template": family,
     }

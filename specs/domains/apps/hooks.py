@@ -92,7 +92,9 @@ async def sql_state(
 ) -> EvalOutcome:
     """Pass when ``query`` on ``db`` returns exactly the rows ``value`` (a list of rows)."""
     if not isinstance(value, list):
-        raise EvaluatorError(f"task {task.instance_id}: apps.sql_state needs a list of rows as value, got {value!r}")
+        raise EvaluatorError(
+            f"task {task.instance_id}: apps.sql_state needs a list of rows as value, got {value!r}"
+        )
     got = await query_rows(env, db, query)
     expected = json.loads(json.dumps(value))
     if got == expected:

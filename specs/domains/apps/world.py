@@ -55,7 +55,10 @@ class World:
 
     def customers(self) -> list[tuple[str, str, str, str]]:
         """(customer id, name, email, address) of every shop customer."""
-        return [(r[0], r[1], r[2], r[3]) for r in self.rows("shop", "SELECT id, name, email, address FROM customers ORDER BY id")]
+        return [
+            (r[0], r[1], r[2], r[3])
+            for r in self.rows("shop", "SELECT id, name, email, address FROM customers ORDER BY id")
+        ]
 
     def accounts(self, email: str) -> dict[str, tuple[str, int]]:
         """kind -> (account id, balance cents) of the bank holder with ``email``."""

@@ -22,14 +22,18 @@ from mcp.types import ToolAnnotations
 
 from mcprl_apps.db import Database, db_path_from_args, dollars, one, setting, to_cents
 
-READ = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
-WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
-IDEMPOTENT = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+IDEMPOTENT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 REFUND_REF = re.compile(r"^RF-\d+$")
 
 
 def _account(conn: sqlite3.Connection, account_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM accounts WHERE id = ?", account_id.strip().upper())
+    row: sqlite3.Row | None = one(conn, "SELECT * FROM accounts WHERE id = ?", account_id.strip().upper())
     if row is None:
         raise ToolError(f"no account with id {account_id!r}")
     return row
@@ -88,7 +92,8 @@ def build(db: Database) -> MCPServer:
                 raise ToolError(f"no account holder with email {email!r}")
             rows = conn.execute("SELECT * FROM accounts WHERE holder_id = ? ORDER BY id", (holder["id"],))
             accounts = [
-                {"account_id": r["id"], "kind": r["kind"], "balance": dollars(r["balance_cents"])} for r in rows
+                {"account_id": r["id"], "kind": r["kind"], "balance": dollars(r["balance_cents"])}
+                for r in rows
             ]
         return {"holder_id": holder["id"], "name": holder["name"], "accounts": accounts}
 
@@ -147,7 +152,10 @@ def build(db: Database) -> MCPServer:
                 raise ToolError(f"{src['id']} and {dst['id']} belong to different holders")
             out_id = _post(conn, src, "transfer_out", -cents, dst["id"], memo)
             in_id = _post(conn, dst, "transfer_in", cents, src["id"], memo)
-            balances = {r["id"]: dollars(r["balance_cents"]) for r in (_account(conn, src["id"]), _account(conn, dst["id"]))}
+            balances = {
+                r["id"]: dollars(r["balance_cents"])
+                for r in (_account(conn, src["id"]), _account(conn, dst["id"]))
+            }
         return {"transaction_ids": [out_id, in_id], "amount": dollars(cents), "balances": balances}
 
     @app.tool(annotations=WRITE)
@@ -170,7 +178,10 @@ def build(db: Database) -> MCPServer:
         if not REFUND_REF.match(ref):
             raise ToolError(f"refund reference must look like RF-<number>, got {reference!r}")
         with db.tx() as conn:
-            if one(conn, "SELECT id FROM transactions WHERE kind = 'refund' AND reference = ?", ref) is not None:
+            if (
+                one(conn, "SELECT id FROM transactions WHERE kind = 'refund' AND reference = ?", ref)
+                is not None
+            ):
                 raise ToolError(f"refund {ref} was already credited")
             known = one(conn, "SELECT name FROM payees WHERE lower(name) = lower(?)", merchant.strip())
             if known is None:

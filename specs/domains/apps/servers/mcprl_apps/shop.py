@@ -23,10 +23,16 @@ from pydantic import BaseModel, Field
 
 from mcprl_apps.db import Database, db_path_from_args, dollars, one, setting
 
-READ = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
-WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
-IDEMPOTENT = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
-DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=False)
+READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+IDEMPOTENT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+DESTRUCTIVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
 CANCELLABLE = ("pending_payment", "paid")
 
 
@@ -46,14 +52,14 @@ def _product(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _customer_row(conn: sqlite3.Connection, customer_id: str) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM customers WHERE id = ?", customer_id)
+    row: sqlite3.Row | None = one(conn, "SELECT * FROM customers WHERE id = ?", customer_id)
     if row is None:
         raise ToolError(f"no customer with id {customer_id!r}")
     return row
 
 
 def _order_row(conn: sqlite3.Connection, order_id: int) -> sqlite3.Row:
-    row = one(conn, "SELECT * FROM orders WHERE id = ?", order_id)
+    row: sqlite3.Row | None = one(conn, "SELECT * FROM orders WHERE id = ?", order_id)
     if row is None:
         raise ToolError(f"no order with id {order_id}")
     return row
@@ -163,7 +169,9 @@ def build(db: Database) -> MCPServer:
                 if p is None:
                     raise ToolError(f"no product with id {line.product_id!r}")
                 if p["stock"] < line.quantity:
-                    raise ToolError(f"{p['name']} ({p['id']}): only {p['stock']} in stock, {line.quantity} asked")
+                    raise ToolError(
+                        f"{p['name']} ({p['id']}): only {p['stock']} in stock, {line.quantity} asked"
+                    )
                 subtotal += p["price_cents"] * line.quantity
             address = ship_address.strip() or customer["address"]
             cur = conn.execute(
@@ -177,7 +185,9 @@ def build(db: Database) -> MCPServer:
                     "INSERT INTO order_items SELECT ?, id, ?, price_cents FROM products WHERE id = ?",
                     (order_id, line.quantity, line.product_id),
                 )
-                conn.execute("UPDATE products SET stock = stock - ? WHERE id = ?", (line.quantity, line.product_id))
+                conn.execute(
+                    "UPDATE products SET stock = stock - ? WHERE id = ?", (line.quantity, line.product_id)
+                )
             return _order(conn, _order_row(conn, order_id))
 
     @app.tool(annotations=WRITE)
