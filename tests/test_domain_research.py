@@ -7,7 +7,9 @@ that runs beside it inside the same sandbox, and the evaluator.
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -108,7 +110,7 @@ def test_every_hop_of_every_task_is_stated_on_its_entitys_page_once() -> None:
     for t in load_tasks(DOMAIN / "tasks" / "train.json") + load_tasks(DOMAIN / "tasks" / "eval.json"):
         for hop in t.private["_hops"]:
             page = by_title[hop["entity"]].replace("</a>", "")
-            text = " ".join(__import__("re").sub(r"<[^>]+>", "", page).split())
+            text = " ".join(re.sub(r"<[^>]+>", "", page).split())
             assert read_relation(text, hop["relation"], hop["entity"]) == hop["value"], (t.instance_id, hop)
 
 
@@ -176,7 +178,7 @@ async def test_bm25_search_ranks_the_named_page_first_above_its_near_duplicate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO)
-    with tarfile.open(fileobj=__import__("io").BytesIO(corpus_archive())) as tar:
+    with tarfile.open(fileobj=io.BytesIO(corpus_archive())) as tar:
         tar.extractall(tmp_path, filter="data")
     pages = json.loads((DOMAIN / "corpus.json").read_text())
     twin = next(p for p in pages.values() if "Not to be confused with" in p)
@@ -210,3 +212,16 @@ async def test_the_expert_solves_a_4hop_task_on_bwrap_reading_pages_through_the_
     assert len(fetched) == 4 and f"Answer: {tasks[0].private['_answer']}" in (trajectory.final_answer or "")
     assert msgspec.json.encode(trajectory.score)
     assert pipeline.metrics.lost == {}
+
+
+def test_the_recorded_expert_episode_read_its_pages_from_the_http_server_inside_the_environment() -> None:
+    """The fixture tests/test_recorded_episodes.py replays is a real research episode."""
+    from tests.episodes import load
+
+    recording = load(REPO / "tests" / "data" / "episodes" / "research-eval-seen-0000.json")
+    trajectory = recording.trajectory
+    assert recording.config == "launch/configs/research.yaml" and recording.backend == "bwrap"
+    assert trajectory.score is not None and trajectory.score.success
+    assert [c.name for c in trajectory.tool_calls] == ["research_search__search", "fetch__fetch"] * 2
+    pages = [m["content"] for m in trajectory.messages if "Contents of http://127.0.0.1:8765/wiki/" in str(m)]
+    assert len(pages) == 2

@@ -4,10 +4,10 @@ Deterministic for a seed: ``python -m specs.domains.research.generate`` rewrites
 (the pages), ``tasks/train.json``, ``tasks/eval.json`` and ``tasks/eval_judged.json`` byte for byte;
 a test checks the shipped files equal a fresh generation.
 
-The knowledge base (``specs/domains/research/kb.py``) holds invented countries, cities, people,
+The knowledge base (``kb.py``) holds invented countries, cities, people,
 organisations and works, with distractors: near-duplicate names, people mentioned in passing on
 other pages. Each entity is one HTML page under ``wiki/`` whose facts are stated in fixed sentence
-templates (``kb.SENTENCES``) and linked to the entities they name.
+templates (``pages.py``, read back by ``kb.PATTERNS``) and linked to the entities they name.
 
 A question follows a chain of relations from a start entity (``X -> mentor -> birthplace``): each
 relation is read on one page, so the hop count (the ``category``, ``research/<n>hop``) is the number
@@ -26,7 +26,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from specs.domains.research.kb import KnowledgeBase, build_kb, render_pages
+from specs.domains.research.kb import KnowledgeBase, build_kb
+from specs.domains.research.pages import render_pages
 from specs.task import parse_tasks
 
 DOMAIN = Path(__file__).resolve().parent

@@ -1,0 +1,1 @@
+"""The research domain: multi-hop questions over a fictional encyclopedia, offline (README.md)."""
