@@ -2,7 +2,7 @@
 
 Deterministic for a seed: ``python -m specs.domains.apps.generate`` rewrites ``tasks/train.json``
 (108 tasks) and ``tasks/eval.json`` (40 tasks) byte for byte; a test checks the shipped files equal
-a fresh generation. Tasks come from template families (``families``, ``families_orders``): single
+a fresh generation. Tasks come from template families (``families``, ``families_bank``, ``families_orders``): single
 server (bank or shop), two servers in one episode (shop + bank: pay an order, cancel with a bank
 refund) and reads through the third-party ``mcp-server-sqlite`` (``shop_sql``/``bank_sql``). Eval
 holds half seen families (new draws) and half held-out families (``families_heldout``) that never
@@ -23,16 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from specs.domains.apps import families as f
+from specs.domains.apps import families_bank as b
 from specs.domains.apps import families_heldout as h
 from specs.domains.apps import families_orders as o
 from specs.domains.apps.world import World
 from specs.task import parse_tasks
 
 TRAIN_FAMILIES: dict[str, f.Family] = {
-    "transfer": f.transfer,
-    "pay_bill": f.pay_bill,
-    "freeze_card": f.freeze_card,
-    "balance": f.balance,
+    "transfer": b.transfer,
+    "pay_bill": b.pay_bill,
+    "freeze_card": b.freeze_card,
+    "balance": b.balance,
     "update_address": f.update_address,
     "buy_cheapest": f.buy_cheapest,
     "cancel_latest": o.cancel_latest,
