@@ -195,6 +195,8 @@ class RolloutPipeline:
                     observation_rule=self._observation_rule,
                 )
             self.metrics.episodes += 1
+            if trajectory.error and trajectory.status == "ok":  # cut by a limit before any turn
+                logger.warning("episode of %s: %s", task.instance_id, trajectory.error)
             if trajectory.status != "ok":
                 broken = True
                 self.metrics.lose(trajectory.status)

@@ -88,6 +88,11 @@ async def run_episode(
     while turns < limits.max_turns:
         budget = min(limits.max_new_tokens, limits.max_context_tokens - len(ids))
         if budget <= 0:
+            if turns == 0:  # a config problem, not the policy's: say so on the trajectory
+                error = (
+                    f"the prompt alone is {len(ids)} tokens, max_context_tokens is "
+                    f"{limits.max_context_tokens}: raise rollout.max_context_tokens (and generator.max_model_len)"
+                )
             break
         generation = await engine.generate(ids, msgspec.structs.replace(sampling, max_tokens=budget))
         turns += 1

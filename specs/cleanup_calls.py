@@ -1,12 +1,14 @@
 """The per-tool-call cleanups a finished episode owes, in MCP-Universe's order and argument syntax.
 
 A task's ``cleanups`` entry with ``tool`` set (``{"server": "shop", "tool": "place_order",
-"cleanup_func": "cancel_order", "cleanup_args": {"order_id": "$return -> json -> get(order_id)"}}``)
+"cleanup_func": "cancel_order", "cleanup_args": {"order_id": "$return -> get(structuredContent) -> get(order_id)"}}``)
 undoes what each call of ``server``'s ``tool`` changed outside the environment. As in MCP-Universe
 (``Task.reset``): the episode's calls are visited newest first; every cleanup matching a call runs
 once for it. A ``cleanup_args`` string ``$name -> op -> ...`` reads the call's argument ``name``
-(``$return``: the call's result, ``ToolCallRecord.returned``) and applies the chain: ``get(key)``,
-``array(i)``, ``json``; any other value is passed as it is. Only calls that succeeded are undone
+(``$return``: the call's result in MCP's shape, ``ToolCallRecord.returned``: ``{"content": [{"type":
+"text", "text": ...}], "structuredContent": ..., "isError": ...}``) and applies the chain:
+``get(key)``, ``array(i)``, ``json`` (parse a text: ``$return -> get(content) -> array(0) -> get(text)
+-> json``); any other value is passed as it is. Only calls that succeeded are undone
 (a failed call changed nothing). ``cleanup_func`` is run by the pipeline (``actors.rollout``): a
 registered cleanup hook with these keyword arguments, else the tool of that name on ``server``.
 """
@@ -69,7 +71,9 @@ def fill_args(value: Any, call: ToolCallRecord) -> Any:
     elif source in call.arguments:
         current = call.arguments[source]
     else:
-        raise KeyError(f"${source}: the call has no argument {source!r} (arguments: {sorted(call.arguments)})")
+        raise KeyError(
+            f"${source}: the call has no argument {source!r} (arguments: {sorted(call.arguments)})"
+        )
     for op in ops:
         match = _OP.match(op)
         name, arg = (match.group(1).lower(), (match.group(2) or "").strip()) if match else (op, "")

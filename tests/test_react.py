@@ -109,3 +109,9 @@ async def test_a_dead_server_ends_the_episode_as_an_infrastructure_failure(token
 async def test_the_context_budget_caps_each_turn(tokenizer: Any) -> None:
     t = await episode(tokenizer, scripted(tokenizer, "word " * 200), InMemoryTools(), max_new_tokens=16)
     assert sum(t.trainable) == 16 and t.truncated and t.final_answer is None
+
+
+async def test_a_prompt_over_the_context_budget_says_so_on_the_trajectory(tokenizer: Any) -> None:
+    t = await episode(tokenizer, scripted(tokenizer, "unused"), InMemoryTools(), max_context_tokens=64)
+    assert t.status == "ok" and t.truncated and t.num_turns == 0
+    assert t.error is not None and "max_context_tokens is 64: raise rollout.max_context_tokens" in t.error
