@@ -117,6 +117,7 @@ def test_every_hop_of_every_task_is_stated_on_its_entitys_page_once() -> None:
 async def test_exact_match_normalises_and_fails_a_wrong_or_missing_answer() -> None:
     assert normalize("  The  Sihaven!") == "sihaven"
     assert final_answer("I think.\nAnswer: x\n**Answer:** The Sihaven.") == "The Sihaven."
+    assert final_answer("Final answer: Druwick") == "Druwick" and final_answer("The answer: no") is None
 
     async def check(text: str, value: Any = "Sihaven") -> Any:
         return await exact_match(None, None, reply(text), value=value)  # type: ignore[arg-type]

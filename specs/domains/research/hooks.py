@@ -29,7 +29,7 @@ from specs.trajectory import Trajectory
 
 CORPUS = Path(__file__).resolve().parent / "corpus.json"
 SITE_DIR = "site"
-_ANSWER = re.compile(r"^\W*answer\W*?:[\s*]*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER = re.compile(r"^\W*(?:final\s+)?answer\W*?:[\s*]*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
@@ -66,7 +66,7 @@ def normalize(text: str) -> str:
 
 
 def final_answer(reply: str) -> str | None:
-    """What follows the last ``Answer:`` line of the reply, else ``None``."""
+    """What follows the last ``Answer:`` (or ``Final answer:``) line of the reply, else ``None``."""
     found = _ANSWER.findall(reply)
     return found[-1] if found else None
 
