@@ -22,6 +22,7 @@ from specs.domains.apps import generate
 from specs.domains.apps.hooks import seed_db, seed_sql, sql_state
 from specs.env import EnvConfig, EnvHandle
 from specs.task import TaskSpec, load_tasks
+from specs.task_files import render
 from tests.backends import make_backend, run_id
 from tests.episodes import run_domain
 
@@ -47,8 +48,8 @@ def task(instance_id: str, split: str = "train") -> TaskSpec:
 
 def test_shipped_task_files_equal_a_fresh_generation() -> None:
     train, evals = generate.generate()
-    assert (DOMAIN / "tasks" / "train.json").read_text() == generate.render(train)
-    assert (DOMAIN / "tasks" / "eval.json").read_text() == generate.render(evals)
+    assert (DOMAIN / "tasks" / "train.json").read_text() == render(train)
+    assert (DOMAIN / "tasks" / "eval.json").read_text() == render(evals)
     assert 60 <= len(train) <= 150 and 24 <= len(evals) <= 48
 
 

@@ -4,6 +4,8 @@ hook module, each task answered by its own domain's expert, and eval rows per do
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from specs.check import interleaved, load_split
 from specs.config import DomainConfig, RunConfig, WarmStartConfig, load_run_config
 from specs.errors import SpecError
 from specs.servers import load_server_registries
+from tests.test_eval import clean_env
 
 REPO = Path(__file__).resolve().parent.parent
 CALC = REPO / "specs" / "domains" / "calculator"
@@ -122,3 +125,30 @@ def test_a_task_id_in_two_domains_and_a_server_given_twice_differently_are_refus
     other.write_text(json.dumps({"time": {"stdio": {"command": "python3", "args": ["-m", "elsewhere"]}}}))
     with pytest.raises(SpecError, match="server 'time': differs from the entry of the same name in"):
         load_server_registries([str(THIRDPARTY), str(other)])
+
+
+@pytest.mark.slow
+def test_the_shipped_mixed_config_runs_each_seed_domains_expert_with_a_row_per_domain(tmp_path: Path) -> None:
+    """``launch/configs/mixed.yaml`` through ``launch/eval.py --policy expert`` on bwrap: one task of
+    each seed domain, each solved by its own expert through its own servers."""
+    command = [
+        sys.executable,
+        "launch/eval.py",
+        "--policy",
+        "expert",
+        "--config",
+        "launch/configs/mixed.yaml",
+    ]
+    command += ["--limit", "1", f"output_dir={tmp_path}", "run_name=mx", "ray.num_cpus=2"]
+    done = subprocess.run(command, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "success=1.0000 se=0.0000 lost=0"
+    header = next(i for i, line in enumerate(lines) if line.startswith("domain"))
+    rows = [lines[header + k].split()[:4] for k in (1, 2, 3, 4)]
+    assert rows == [
+        ["all", "3", "3", "1.00±0.00"],
+        ["apps", "1", "1", "1.00±0.00"],
+        ["research", "1", "1", "1.00±0.00"],
+        ["swe", "1", "1", "1.00±0.00"],
+    ]

@@ -18,11 +18,11 @@ from specs.domains.calculator.generate import (
     TRAIN_TEMPLATES,
     _plural,
     generate,
-    render,
 )
 from specs.env import ServerLaunch
 from specs.servers import load_server_registry
 from specs.task import load_tasks
+from specs.task_files import render
 
 DOMAIN = Path(__file__).resolve().parent.parent / "specs" / "domains" / "calculator"
 

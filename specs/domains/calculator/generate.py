@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import operator
 import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specs.task import parse_tasks
+from specs.task_files import write_task_files
 
 Problem = tuple[str, str]  # (instruction, expression)
 Template = Callable[[random.Random], Problem]
@@ -291,20 +290,13 @@ def generate(
     return train, seen_half + heldout
 
 
-def render(tasks: list[dict[str, Any]]) -> str:
-    return json.dumps(tasks, indent=2, ensure_ascii=False) + "\n"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "tasks")
     args = parser.parse_args(argv)
     train, evals = generate(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, tasks in (("train.json", train), ("eval.json", evals)):
-        parse_tasks(tasks, str(args.out / name))  # refuse to write a task the loader would refuse
-        (args.out / name).write_text(render(tasks), encoding="utf-8")
+    write_task_files(args.out, {"train.json": train, "eval.json": evals})
     print(f"wrote {len(train)} train and {len(evals)} eval tasks to {args.out}")
 
 

@@ -39,7 +39,7 @@ from typing import Any
 from specs.domains.swe import catalog
 from specs.domains.swe.mutate import KINDS, Mutation, sites
 from specs.domains.swe.testrun import MARKER
-from specs.task import parse_tasks
+from specs.task_files import write_task_files
 
 TRAIN_PROJECTS = ("intervals", "csvlite", "calendar")
 HELDOUT_PROJECTS = ("statkit",)
@@ -277,20 +277,13 @@ def generate(seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     return train, eval_seen + eval_kind + eval_project
 
 
-def render(tasks: list[dict[str, Any]]) -> str:
-    return json.dumps(tasks, indent=2, ensure_ascii=False) + "\n"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=catalog.DOMAIN / "tasks")
     args = parser.parse_args(argv)
     train, evals = generate(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, tasks in (("train.json", train), ("eval.json", evals)):
-        parse_tasks(tasks, str(args.out / name))  # refuse to write a task the loader would refuse
-        (args.out / name).write_text(render(tasks), encoding="utf-8")
+    write_task_files(args.out, {"train.json": train, "eval.json": evals})
     print(f"wrote {len(train)} train and {len(evals)} eval tasks to {args.out}")
 
 
