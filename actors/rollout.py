@@ -260,6 +260,10 @@ class RolloutPipeline:
                 broken = broken or await self._gateway.is_broken(env.env_id)
                 if trajectory is not None and not broken:
                     hooks = await self._tool_cleanups(env, task, trajectory)
+            except Exception:
+                logger.exception("per-call cleanups of %s in env %s failed", task.instance_id, env.env_id)
+                broken = True
+            try:
                 await self._gateway.close(env.env_id)
             except Exception:
                 logger.exception("closing the MCP sessions of env %s failed", env.env_id)
@@ -286,9 +290,7 @@ class RolloutPipeline:
             logger.warning("per-call cleanups of %s: %s", task.instance_id, e)
             return []
         hooks = [c for c in owed if c.spec.cleanup_func in self._cleanup_hooks]
-        for c in owed:
-            if c.spec.cleanup_func in self._cleanup_hooks:
-                continue
+        for c in (c for c in owed if c not in hooks):
             name = f"{c.spec.server}__{c.spec.cleanup_func}"
             args = c.arguments if isinstance(c.arguments, dict) else {}
             result = await self._gateway.call(env.env_id, name, args, CLEANUP_CALL_TIMEOUT_S)
