@@ -28,7 +28,7 @@ from specs.evaluator_grammar import GENERIC_OPS, parse_func
 from specs.registry import resolve
 from specs.servers import ServerRegistry, load_server_registry, parse_server_registry
 from specs.task import TASK_FIELDS, TaskSpec, load_tasks, parse_tasks
-from specs.templates import environment
+from specs.templates import StandIns, environment
 
 _TRANSPORTS = ("stdio", "sse", "http_url")
 
@@ -149,11 +149,14 @@ def check_task_semantics(
 
 
 def _check_tasks(file: str, data: Any, servers: ServerRegistry | None, hooks: Sequence[str]) -> str:
-    tasks = parse_tasks(data, file)
+    variables = StandIns(environment())  # a task file alone is checked without its values
+    tasks = parse_tasks(data, file, variables)
     problems, unchecked = check_task_semantics(tasks, file, servers, hooks)
     raise_all(problems)
     names = sorted({n for t in tasks for n in t.server_names})
     line = f"{file}: {len(tasks)} task{'s' * (len(tasks) != 1)}, servers: {', '.join(names) or '(none)'}"
+    if variables.missing:
+        line += f", needs {' '.join(sorted(variables.missing))}"
     if unchecked:
         line += f" ({unchecked} registered evaluator ops not checked; pass --hooks)"
     return line

@@ -50,3 +50,19 @@ def fill(text: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
         return value
 
     return TEMPLATE.sub(sub, text), missing
+
+
+class StandIns(dict[str, str]):
+    """Variables to check a task file with before its values are known (``python -m specs.check``):
+    a variable that is not set reads as the stand-in ``<NAME>`` and is noted in ``missing``."""
+
+    def __init__(self, given: Mapping[str, str]) -> None:
+        super().__init__(given)
+        self.missing: set[str] = set()
+
+    def get(self, key: str, default: str | None = None) -> str:  # type: ignore[override]
+        value = super().get(key)
+        if value:
+            return value
+        self.missing.add(key)
+        return f"<{key}>"

@@ -143,6 +143,20 @@ def test_a_file_of_unknown_kind_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 1 and "cannot tell the kind of file" in result.stderr
 
 
+def test_a_task_file_with_templates_is_checked_without_their_values_and_says_what_it_needs(
+    tmp_path: Path,
+) -> None:
+    task = {
+        "question": "Open {{REPO_URL_X}}",
+        "mcp_servers": [{"name": "calculator"}],
+        "evaluators": [{"func": "raw", "op": "contain", "value": "{{OWNER_X}}"}],
+    }
+    (tmp_path / "t.json").write_text(json.dumps([task]))
+    result = _check(tmp_path / "t.json")
+    assert result.returncode == 0, result.stderr
+    assert "1 task, servers: calculator, needs OWNER_X REPO_URL_X" in result.stdout
+
+
 def test_the_spec_modules_import_no_ml_library() -> None:
     modules = (
         "specs.check, specs.config, specs.task, specs.servers, specs.registry, specs.domains.calculator.hooks"
