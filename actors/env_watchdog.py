@@ -32,15 +32,37 @@ POLL_S = 0.5
 logger = logging.getLogger(__name__)
 
 
+def start_marker(pid: int) -> str:
+    """When process ``pid`` started, in a form no clock change moves: on Linux its start in clock
+    ticks since boot (``/proc/<pid>/stat`` field 22), elsewhere its create time to the second.
+
+    ``psutil``'s ``create_time`` is boot time (wall clock minus uptime) plus that start, so it moves
+    whenever the wall clock is stepped or slewed: seen here drifting 16 s within one minute on a
+    VM, which made a watchdog take a live owner for dead and destroy its environments."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return f"ticks:{stat.rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return f"wall:{psutil.Process(pid).create_time():.0f}"
+
+
 def process_alive(pid: object, started: object) -> bool:
-    """Whether ``pid`` runs and is the process that started at ``started`` (``None``: any)."""
+    """Whether ``pid`` runs and is the process that started at ``started`` (a ``start_marker``;
+    ``None``: any; a bare number: a create time, from labels written before markers)."""
     if not isinstance(pid, int):
         return False
     try:
         proc = psutil.Process(pid)
-        alive = proc.status() != psutil.STATUS_ZOMBIE
-        return alive and (started is None or abs(proc.create_time() - float(started)) < 1.0)  # type: ignore[arg-type]
-    except psutil.Error:
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if started is None:
+            return True
+        if isinstance(started, str) and started.startswith("ticks:"):
+            return start_marker(pid) == started
+        if isinstance(started, str) and started.startswith("wall:"):
+            started = started[len("wall:") :]
+        return abs(proc.create_time() - float(started)) < 1.0  # type: ignore[arg-type]
+    except (psutil.Error, ValueError):
         return False
 
 
@@ -62,7 +84,7 @@ def spawn(backend: str, spec: dict[str, object], run_id: str) -> subprocess.Pope
         "-m",
         "actors.env_watchdog",
         *("--backend", backend, "--spec", json.dumps(spec), "--run-id", run_id),
-        *("--owner-pid", str(me.pid), "--owner-started", repr(me.create_time())),
+        *("--owner-pid", str(me.pid), "--owner-started", start_marker(me.pid)),
     ]
     root = str(Path(__file__).resolve().parents[1])
     environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
@@ -97,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="the provisioner's spec() as JSON")
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--owner-pid", type=int, required=True)
-    parser.add_argument("--owner-started", type=float, required=True)
+    parser.add_argument("--owner-started", required=True, help="the owner's start_marker")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s watchdog %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the owner, not for us

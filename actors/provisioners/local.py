@@ -41,6 +41,7 @@ import anyio.abc
 import msgspec
 import psutil
 
+from actors.env_watchdog import start_marker
 from actors.errors import EnvError
 from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 
@@ -313,8 +314,8 @@ def kill_all(victims: list[psutil.Process]) -> None:
 def owner() -> dict[str, Any]:
     """Who creates an environment (recorded in ``EnvInfo.data``): this process's pid and start
     time (pids get reused) and host, so a reaper can tell a dead owner from a live one."""
-    me = psutil.Process()
-    return {"owner_pid": me.pid, "owner_started": me.create_time(), "owner_host": socket.gethostname()}
+    pid = os.getpid()
+    return {"owner_pid": pid, "owner_started": start_marker(pid), "owner_host": socket.gethostname()}
 
 
 def wait_until_gone(procs: list[psutil.Process]) -> None:
