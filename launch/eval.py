@@ -306,13 +306,11 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
     cfg = plan.cfg
     run_id = f"eval-{cfg.run_name}-{uuid.uuid4().hex[:6]}"
     out: dict[str, Any] = {}
-    expert = plan.policy == "expert"
+    expert = plan.expert is not None
     async with open_session(
         cfg, run_id, learner=False, generator=not expert, verbose=verbose, wandb=False
     ) as s:
-        engine_for = None
-        if expert:
-            engine_for = functools.partial(ScriptedEngine, s.tokenizer, plan.expert)
+        engine_for = functools.partial(ScriptedEngine, s.tokenizer, plan.expert) if expert else None
         experts = ", ".join(str(d.expert) for d in cfg.domains)
         who = f"the expert {experts}" if expert else f"model {plan.model_dir}"
         print(f"eval {run_id}: {who}, {len(plan.tasks)} {plan.split} task(s)", flush=True)
