@@ -36,8 +36,8 @@ from specs.domains.research.judge import llm_as_judge
 from specs.errors import EvaluatorError
 from specs.servers import load_server_registry
 from specs.task import load_tasks
-from specs.trajectory import Trajectory
 from tests.backends import make_backend, run_id
+from tests.factories import answered
 from tests.fake_judge import FakeJudge
 
 pytestmark = pytest.mark.anyio
@@ -68,19 +68,6 @@ async def run_expert(tmp_path: Path, tokenizer: Any, tasks: list[Any], backend: 
             groups = await pipeline.collect(tasks, 1, SamplingConfig(temperature=0.0), LIMITS)
     await pool.shutdown()
     return groups, pipeline
-
-
-def reply(text: str) -> Trajectory:
-    return Trajectory(
-        task_id="t",
-        group_id="g",
-        token_ids=[],
-        trainable=[],
-        logprobs=[],
-        versions=[],
-        messages=[],
-        final_answer=text,
-    )
 
 
 def test_the_shipped_corpus_and_tasks_equal_a_fresh_generation(tmp_path: Path) -> None:
@@ -120,7 +107,7 @@ async def test_exact_match_normalises_and_fails_a_wrong_or_missing_answer() -> N
     assert final_answer("Final answer: Druwick") == "Druwick" and final_answer("The answer: no") is None
 
     async def check(text: str, value: Any = "Sihaven") -> Any:
-        return await exact_match(None, None, reply(text), value=value)  # type: ignore[arg-type]
+        return await exact_match(None, None, answered(text), value=value)  # type: ignore[arg-type]
 
     assert (await check("Answer: the sihaven.")).passed
     assert (await check("answer: Druwick", value=["Sihaven", "Druwick"])).passed
@@ -141,8 +128,8 @@ async def test_the_judge_sends_the_hle_prompt_and_reads_both_verdicts(
     )
     with FakeJudge([yes, "extracted_final_answer: Nowhere\ncorrect: no"]) as judge:
         args = {**task.evaluators[0].op_args, "base_url": judge.base_url}
-        passed = await llm_as_judge(None, task, reply(f"Answer: {answer}"), **args)  # type: ignore[arg-type]
-        failed = await llm_as_judge(None, task, reply("Answer: Nowhere"), **args)  # type: ignore[arg-type]
+        passed = await llm_as_judge(None, task, answered(f"Answer: {answer}"), **args)  # type: ignore[arg-type]
+        failed = await llm_as_judge(None, task, answered("Answer: Nowhere"), **args)  # type: ignore[arg-type]
     assert passed.passed and not failed.passed and "not equal to" in failed.reason
     path, headers, body = judge.requests[0]
     assert path == "/v1/chat/completions" and headers["Authorization"] == "Bearer sekret"
@@ -162,12 +149,12 @@ async def test_a_judge_that_answers_nonsense_or_fails_is_an_evaluator_error() ->
         with FakeJudge(replies) as judge:
             args = {**task.evaluators[0].op_args, "base_url": judge.base_url, "retries": 1}
             with pytest.raises(EvaluatorError, match=expected):
-                await llm_as_judge(None, task, reply("Answer: x"), **args)  # type: ignore[arg-type]
+                await llm_as_judge(None, task, answered("Answer: x"), **args)  # type: ignore[arg-type]
     with pytest.raises(EvaluatorError, match="not filled"):
         await llm_as_judge(
             None,
             task,
-            reply("Answer: x"),
+            answered("Answer: x"),
             **{
                 **task.evaluators[0].op_args,  # type: ignore[arg-type]
                 "base_url": "{{JUDGE_BASE_URL}}",

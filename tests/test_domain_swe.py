@@ -22,9 +22,9 @@ from specs.domains.swe.hooks import checkout, hidden_tests
 from specs.domains.swe.mutate import sites
 from specs.env import EnvConfig, EnvHandle
 from specs.task import TaskSpec, load_tasks
-from specs.trajectory import Trajectory
 from tests.backends import ISOLATED, environment, make_backend
 from tests.episodes import run_domain
+from tests.factories import answered
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parent.parent
@@ -34,19 +34,6 @@ CONFIG = "launch/configs/swe.yaml"
 
 def tasks(split: str = "eval") -> list[TaskSpec]:
     return load_tasks(DOMAIN / "tasks" / f"{split}.json")
-
-
-def reply(text: str = "done") -> Trajectory:
-    return Trajectory(
-        task_id="t",
-        group_id="g",
-        token_ids=[],
-        trainable=[],
-        logprobs=[],
-        versions=[],
-        messages=[],
-        final_answer=text,
-    )
 
 
 def test_each_mutation_kind_edits_exactly_its_site() -> None:
@@ -125,13 +112,13 @@ async def test_the_hidden_tests_fail_on_the_planted_bug_and_pass_once_it_is_fixe
         await checkout(env, task, **task.prepares[0].prepare_args)
         listing = (await env.run(["ls"])).stdout.split()
         assert {"Makefile", "statkit", "tests"} <= set(listing) and "check_statkit.py" not in listing
-        broken = await hidden_tests(env, task, reply(), project="statkit")
+        broken = await hidden_tests(env, task, answered(), project="statkit")
         assert not broken.passed
         for name in task.private["_hidden_failing"]:
             assert name in broken.reason
         mutation = task.private["_mutation"]
         await env.write_file(mutation["file"], catalog.files("statkit")[mutation["file"]])
-        fixed = await hidden_tests(env, task, reply(), project="statkit")
+        fixed = await hidden_tests(env, task, answered(), project="statkit")
         assert fixed.passed, fixed.reason
         assert (await env.run(["make", "test"])).returncode == 0
 
@@ -147,18 +134,18 @@ async def test_a_project_the_agent_broke_is_a_failed_check_with_a_reason(
         env = EnvHandle(info, provisioner)
         await checkout(env, task, **task.prepares[0].prepare_args)
         await env.write_file("intervals/interval.py", "def oops(:\n")
-        syntax = await hidden_tests(env, task, reply(), project="intervals")
+        syntax = await hidden_tests(env, task, answered(), project="intervals")
         assert not syntax.passed and "SyntaxError" in syntax.reason
         await env.write_file("intervals/__init__.py", "import os\nos._exit(3)\n")
-        exited = await hidden_tests(env, task, reply(), project="intervals")
+        exited = await hidden_tests(env, task, answered(), project="intervals")
         assert not exited.passed and "exit code 3" in exited.reason
         await env.write_file(
             "intervals/__init__.py", "print('SWE-RESULT " + '{"hidden_ran": 1, "hidden_failing": []}' + "')\n"
         )
-        forged = await hidden_tests(env, task, reply(), project="intervals")
+        forged = await hidden_tests(env, task, answered(), project="intervals")
         assert not forged.passed  # a printed report without the evaluator's nonce does not count
         assert (await env.run(["rm", "-rf", "intervals", "tests"])).returncode == 0
-        gone = await hidden_tests(env, task, reply(), project="intervals")
+        gone = await hidden_tests(env, task, answered(), project="intervals")
         assert not gone.passed and "fail" in gone.reason
 
 

@@ -18,6 +18,7 @@ from specs.registry import evaluator
 from specs.scoring import AdoptionScoring, ScoringConfig
 from specs.task import TaskSpec, parse_tasks
 from specs.trajectory import Trajectory
+from tests.factories import answered
 
 pytestmark = pytest.mark.anyio
 HOOKS = ("tests.test_evaluator",)
@@ -44,19 +45,6 @@ def task(*evaluators: dict[str, Any]) -> Any:
         },
         "t.json",
     )[0]
-
-
-def answered(text: str | None) -> Trajectory:
-    return Trajectory(
-        task_id="t",
-        group_id="g",
-        token_ids=[],
-        trainable=[],
-        logprobs=[],
-        versions=[],
-        messages=[],
-        final_answer=text,
-    )
 
 
 @pytest.fixture
