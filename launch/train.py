@@ -34,6 +34,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     from launch.checkpoints import read_progress, resolve_resume
     from launch.experts import run_expert
     from launch.phases import evaluate, warm_start
+    from launch.run_results import closing_table, read_run
     from launch.session import open_session
     from launch.steps import run_steps
     from launch.tasks import CuratedTasks, TaskStream
@@ -87,6 +88,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
         results["final"] = await evaluate(s, eval_tasks, "final", cfg.train.steps)
         await s.actors.trainer.save_checkpoint(cfg.checkpoint_dir)
         s.reporter.summary({f"{phase}/{k}": v for phase, m in results.items() for k, v in m.items()})
+    print(closing_table(read_run(cfg.run_dir, cfg.train.steps)), flush=True)
     print(summary_line(results), flush=True)
     return 0
 

@@ -18,7 +18,7 @@ quantity that also covers which tasks were drawn).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 
 def mean_and_stderr(values: Iterable[float]) -> tuple[float, float]:
@@ -52,3 +52,41 @@ def ratio_and_stderr(numerators: Sequence[float], denominators: Sequence[float])
         return ratio, 0.0
     spread = sum((y - ratio * d) ** 2 for y, d in zip(numerators, denominators, strict=True))
     return ratio, math.sqrt(spread / (j * (j - 1))) / (total / j)
+
+
+def seeds_and_tasks_mean_and_stderr(values: Mapping[int, Mapping[str, float]]) -> tuple[float, float]:
+    """``(x̄, SE)`` of ``x̄`` over a ``K seeds × n tasks`` table ``x_{s,i}`` (every seed on the same
+    tasks: a training run per seed, each evaluated on one task set), for a value per task (a greedy
+    success, a sampled pass rate, a paired difference ``final − warm start``).
+
+    Two sources of noise: which tasks the set holds, and how each seed's training run went. With
+    ``x̄_i`` the mean over seeds of task ``i`` and ``x̄_s`` the mean over tasks of seed ``s``,
+
+        SE² = s²(x̄_i) / n + s²(x̄_s) / K,
+
+    both sample variances Bessel-corrected. The task term is the clustered-by-task SE of the
+    seed-averaged values; the seed term is the spread of whole runs (it also holds task noise
+    ``/n``, so the sum errs on the large side). One seed: the seed term is unknown and left out
+    (the SE covers the task set only; ``launch.bench.learning`` says so). Example: seeds 0 and 1
+    over tasks a, b with ``x = {0: {a: 1, b: 0}, 1: {a: 1, b: 1}}``: ``x̄ = 0.75``, task means
+    ``(1, 0.5)`` -> ``s² = 0.125``, seed means ``(0.5, 1)`` -> ``s² = 0.125``,
+    ``SE = sqrt(0.125/2 + 0.125/2) = 0.354``.
+    """
+    if not values:
+        raise ValueError("seeds_and_tasks_mean_and_stderr: got no seeds; expected at least one")
+    tasks = sorted(next(iter(values.values())))
+    if not tasks:
+        raise ValueError("seeds_and_tasks_mean_and_stderr: got no tasks; expected at least one")
+    for seed, row in values.items():
+        if sorted(row) != tasks:
+            missing, extra = sorted(set(tasks) - set(row)), sorted(set(row) - set(tasks))
+            raise ValueError(
+                f"seeds_and_tasks_mean_and_stderr: seed {seed} has other tasks than the first seed "
+                f"(missing {missing[:3]}, extra {extra[:3]}); expected every seed on the same tasks"
+            )
+    seeds = list(values)
+    task_means = [sum(values[s][i] for s in seeds) / len(seeds) for i in tasks]
+    seed_means = [sum(values[s].values()) / len(tasks) for s in seeds]
+    mean, task_se = mean_and_stderr(task_means)
+    _, seed_se = mean_and_stderr(seed_means)
+    return mean, math.sqrt(task_se**2 + seed_se**2)

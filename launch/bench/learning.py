@@ -1,0 +1,234 @@
+"""Does RL beat the warm start? Training runs per seed and arm, measured on the same eval tasks.
+
+    python -m launch.bench.learning [--config FILE] [--seeds K] [--steps N] [--quick]
+        [--ablation NAME] [--eval-every E] [--out DIR] [key.path=value ...]
+
+Each *trial* is one ordinary training run (``launch/train.py``'s ``train``, nothing bench-only in
+it): base eval -> warm start -> eval -> ``N`` GRPO steps (an eval every ``E`` of them) -> eval, all
+evals greedy on the config's eval split (plus ``train.eval_samples`` sampled episodes per task when
+set). Seeds ``0..K-1`` run each arm; every arm of a seed sees the same tasks, demonstrations and
+eval set. The bench then reads back what the runs wrote (their eval trajectories and step metrics,
+``launch.bench.learning_report``) and reports, per arm, success with standard errors (over seeds
+and tasks, ``policies.stats.seeds_and_tasks_mean_and_stderr``), overall and per task group
+(``seen`` / ``heldout`` templates, from the task ids), the paired per-task difference RL minus warm
+start, and for an ablation the paired difference between its arms in success and in the metrics
+the ablation is about. Output, in ``--out`` (default ``runs/learning/<config>[-<ablation>]``): a
+table on the terminal, ``learning.json``, ``learning.png`` (success vs step and vs training
+seconds, with SE bands), the same in a W&B run of its own (the trials' runs are grouped with it),
+and each trial's run directory. A trial that finished is not run again: rerun the same command to
+finish an interrupted bench.
+
+The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
+
+``--quick``: one seed (the `make demo` setting measured once). Ablations (``ABLATIONS``): two arms
+each, with the same base overrides:
+
+- ``tool_bonus``: adoption returns with the dense tool bonus off / on (paper 002, Eqs. 3-4).
+- ``disentangle``: one scalar outcome reward on every token / masked reasoning and tool families
+  with bidirectional gradient surgery (paper 000, Eqs. 9-11), both agents reasoning in ``<think>``.
+- ``observation_rule``: trained with full observations / with the rule, both evaluated under the
+  rule (paper 002, §5.3: matched training).
+- ``placement``: colocated / async (success per step and per training second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from specs.config import RunConfig, load_run_config  # noqa: E402  (no ML imports)
+from specs.errors import SpecError  # noqa: E402
+
+DONE = "trial.json"
+"""Written into a trial's run directory once its run finished: the bench does not run it again."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Two arms (reference first), the overrides both share, and the metrics besides success that
+    the ablation is about."""
+
+    name: str
+    arms: tuple[Arm, Arm]
+    common: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+
+
+OBSERVATION_RULE = ("rollout.observation_rule.keep_last_costly=1",)
+ABLATIONS: dict[str, Ablation] = {
+    a.name: a
+    for a in (
+        Ablation(
+            "tool_bonus",
+            (Arm("no_bonus", ("algorithm.tool_bonus=0.0",)), Arm("bonus", ("algorithm.tool_bonus=0.1",))),
+            common=("algorithm.returns=adoption",),
+            metrics=("tool_adoption", "valid_call"),
+        ),
+        Ablation(
+            "disentangle",
+            (
+                Arm("scalar"),
+                Arm(
+                    "masked_surgery",
+                    (
+                        "algorithm.attribution=masked",
+                        "algorithm.reasoning_reward=true",
+                        "algorithm.tool_reward=true",
+                        "algorithm.surgery=true",
+                    ),
+                ),
+            ),
+            common=("rollout.reasoning_format=think",),
+            metrics=("reasoning_tokens", "tool_calls"),
+        ),
+        Ablation(
+            "observation_rule",
+            (
+                Arm("mismatched", tuple(o.replace("rollout.", "train.eval_", 1) for o in OBSERVATION_RULE)),
+                Arm("matched", OBSERVATION_RULE),
+            ),
+            metrics=("input_tokens",),
+        ),
+        Ablation(
+            "placement",
+            (Arm("colocated", ("placement=colocated",)), Arm("async", ("placement=async",))),
+            metrics=("train_s",),
+        ),
+    )
+}
+
+
+@dataclass
+class Bench:
+    """What one bench command runs: ``trials`` in order, each ``(arm, seed, config)``."""
+
+    name: str
+    out: str
+    arms: tuple[Arm, ...]
+    seeds: tuple[int, ...]
+    ablation: Ablation | None
+    trials: list[tuple[Arm, int, RunConfig]] = field(default_factory=list)
+
+
+def plan(args: argparse.Namespace) -> Bench:
+    """The trials' configs, each loaded and validated before anything runs."""
+    config_name = os.path.splitext(os.path.basename(args.config or "demo.yaml"))[0]
+    ablation = ABLATIONS[args.ablation] if args.ablation else None
+    name = f"{config_name}-{ablation.name}" if ablation else config_name
+    out = args.out or os.path.join("runs", "learning", name)
+    arms = ablation.arms if ablation else (Arm("grpo"),)
+    seeds = tuple(range(1 if args.quick else args.seeds))
+    bench = Bench(name, out, arms, seeds, ablation)
+    for seed in seeds:
+        for arm in arms:
+            overrides = [
+                *(ablation.common if ablation else ()),
+                *arm.overrides,
+                *args.overrides,
+                f"seed={seed}",
+                f"output_dir={out}",
+                f"run_name={arm.name}-s{seed}",
+                f"wandb.group={name}",
+            ]
+            if args.steps is not None:
+                overrides.append(f"train.steps={args.steps}")
+            if args.eval_every is not None:
+                overrides.append(f"train.eval_every={args.eval_every}")
+            cfg = load_run_config(args.config, overrides)
+            if not cfg.warmstart.enabled:
+                raise SpecError(
+                    args.config or "(embedded default config)",
+                    "warmstart.enabled",
+                    "the learning bench compares RL with the warm start: expected true",
+                )
+            bench.trials.append((arm, seed, cfg))
+    return bench
+
+
+def run_trials(bench: Bench, verbose: bool) -> list[str]:
+    """Run each trial not yet done, one after another; the problems of those that failed."""
+    import anyio
+    import msgspec
+
+    from launch.train import train
+
+    problems = []
+    for i, (arm, seed, cfg) in enumerate(bench.trials, 1):
+        done = os.path.join(cfg.run_dir, DONE)
+        if os.path.exists(done):
+            print(
+                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir})", flush=True
+            )
+            continue
+        print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: {cfg.run_dir}", flush=True)
+        try:
+            anyio.run(train, cfg, verbose)
+        except Exception as e:  # one failed run is reported, the others still run
+            problems.append(f"{arm.name} seed {seed}: {type(e).__name__}: {e}")
+            print(f"trial failed: {problems[-1]}", file=sys.stderr, flush=True)
+            continue
+        with open(done, "wb") as f:
+            f.write(msgspec.json.encode({"arm": arm.name, "seed": seed, "overrides": arm.overrides}))
+    return problems
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m launch.bench.learning",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="run config YAML (default: the embedded CPU demo)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..K-1 per arm (default 3)")
+    parser.add_argument("--steps", type=int, help="GRPO steps per trial (default: train.steps)")
+    parser.add_argument("--eval-every", type=int, help="an eval every E steps (default: train.eval_every)")
+    parser.add_argument("--quick", action="store_true", help="one seed")
+    parser.add_argument("--ablation", choices=sorted(ABLATIONS), help="compare the two arms of an ablation")
+    parser.add_argument("--out", help="output directory (default runs/learning/<config>[-<ablation>])")
+    parser.add_argument("--report-only", action="store_true", help="report the trials already run; run none")
+    parser.add_argument("--verbose", action="store_true", help="show Ray actor logs and library warnings")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every trial, key.path=value")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or (args.steps is not None and args.steps < 1):
+        parser.error("--seeds and --steps must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        bench = plan(args)
+    except SpecError as e:
+        print(f"spec error: {e}", file=sys.stderr)
+        return 2
+    problems = [] if args.report_only else run_trials(bench, args.verbose)
+    from launch.bench.learning_report import report
+
+    try:
+        last_line = report(bench)
+    except ValueError as e:  # nothing to compare: every trial failed, or none has run
+        print(f"learning bench: {e}", file=sys.stderr)
+        return 1
+    for problem in problems:
+        print(f"failed trial: {problem}", file=sys.stderr)
+    print(last_line, flush=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: the trials that finished are kept; rerun to go on", file=sys.stderr)
+        sys.exit(130)

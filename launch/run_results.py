@@ -1,0 +1,145 @@
+"""A training run's results read back from its run directory: per eval, each metric per task.
+
+``launch.report.Reporter`` writes ``<run_dir>/trajectories/eval_<phase>.jsonl`` per eval (``base``,
+``warmstart``, ``step<k>``, ``final``; ``eval_<phase>_sampled.jsonl`` with ``train.eval_samples``)
+and ``<run_dir>/metrics.jsonl`` (a ``train`` row per step, with its ``step_s``). ``read_run`` turns
+them into a ``Trial``: each eval's ``policies.metrics.PER_EPISODE`` metrics per task (the mean over
+the task's scored episodes) and the steps' wall seconds. ``train.py``'s closing table and the
+learning bench (``launch.bench.learning_report``) both read runs this way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import msgspec
+
+from policies.metrics import PER_EPISODE
+from specs.trajectory import Trajectory
+
+EVAL_FILE = re.compile(r"eval_(base|warmstart|final|step\d+)(_sampled)?\.jsonl")
+TASK_GROUP = re.compile(r"-eval-([a-z_]+)-\d+$")
+"""The group of an eval task id, as the domains' generators write them: ``calc-eval-heldout-0003``
+is ``heldout``; ``seen``; swe's ``kind`` / ``project`` (held-out mutation kinds and projects)."""
+
+
+def task_group(task_id: str) -> str | None:
+    match = TASK_GROUP.search(task_id)
+    return match.group(1) if match else None
+
+
+@dataclass
+class EvalPoint:
+    phase: str
+    step: int
+    per_task: dict[str, dict[str, float]]
+    """metric -> task -> the mean over the task's scored episodes."""
+    lost: int
+    """Episodes lost to infrastructure or a failed evaluator (not scored)."""
+
+
+@dataclass
+class Trial:
+    """One training run's results (a trial of the learning bench)."""
+
+    arm: str
+    seed: int
+    run_dir: str
+    evals: dict[str, EvalPoint]
+    """``<phase>`` (greedy) and ``<phase>_sampled`` -> its eval."""
+    step_s: dict[int, float]
+    """Training step -> its wall seconds (rollout, update and weight sync)."""
+
+    def train_s(self, step: int) -> float:
+        """Wall seconds of training up to the end of ``step``."""
+        return sum(s for k, s in self.step_s.items() if k <= step)
+
+
+def phase_step(phase: str, steps: int) -> int:
+    if phase in ("base", "warmstart"):
+        return 0
+    if phase == "final":
+        return steps
+    return int(phase.removeprefix("step"))
+
+
+def read_eval(path: str, phase: str, step: int) -> EvalPoint:
+    by_task: dict[str, list[Trajectory]] = {}
+    lost = 0
+    with open(path, "rb") as f:
+        for line in f:
+            t = msgspec.json.decode(line, type=Trajectory)
+            if t.status != "ok" or t.score is None:
+                lost += 1
+                continue
+            by_task.setdefault(t.task_id, []).append(t)
+    per_task = {
+        name: {task: sum(value(t) for t in ts) / len(ts) for task, ts in by_task.items()}
+        for name, value in PER_EPISODE.items()
+    }
+    return EvalPoint(phase, step, per_task, lost)
+
+
+def read_run(run_dir: str, steps: int, arm: str = "", seed: int = 0) -> Trial:
+    """A finished run's evals and step times (``FileNotFoundError`` when it has none); ``arm`` and
+    ``seed`` name it in a bench."""
+    folder = os.path.join(run_dir, "trajectories")
+    evals = {}
+    for name in sorted(os.listdir(folder)):
+        match = EVAL_FILE.fullmatch(name)
+        if match:
+            phase = match.group(1)
+            evals[phase + (match.group(2) or "")] = read_eval(
+                os.path.join(folder, name), phase, phase_step(phase, steps)
+            )
+    step_s: dict[int, float] = {}
+    with open(os.path.join(run_dir, "metrics.jsonl"), "rb") as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("phase") == "train" and "step_s" in row:
+                step_s[int(row["step"])] = float(row["step_s"])
+    return Trial(arm, seed, run_dir, evals, step_s)
+
+
+CLOSING_METRICS = (
+    ("success", "success"),
+    ("valid_call", "valid first call"),
+    ("tool_adoption", "tool adoption"),
+)
+
+
+def closing_table(trial: Trial) -> str:
+    """``train.py``'s last table: each greedy eval's success, valid first calls and tool adoption
+    with standard errors over tasks, then final minus warm start paired by task, overall and per
+    task group (what ``launch.bench.learning`` reports across seeds)."""
+    from policies.stats import mean_and_stderr
+
+    phases = [p for p in ("base", "warmstart", "final") if p in trial.evals]
+    tasks = (
+        sorted(set.intersection(*(set(trial.evals[p].per_task["success"]) for p in phases))) if phases else []
+    )
+    if not tasks:
+        return "no eval scored a task: nothing to tabulate"
+    lines = [f"{'eval':<12}" + "".join(f"{header:>20}" for _, header in CLOSING_METRICS)]
+    for phase in phases:
+        cells = []
+        for metric, _ in CLOSING_METRICS:
+            mean, se = mean_and_stderr(trial.evals[phase].per_task[metric][i] for i in tasks)
+            cells.append(f"{f'{mean:.2f} ± {se:.2f}':>20}")
+        lines.append(f"{phase:<12}" + "".join(cells))
+    if "warmstart" in phases and "final" in phases:
+        final, start = (trial.evals[p].per_task["success"] for p in ("final", "warmstart"))
+        groups: dict[str, list[str]] = {"all": tasks}
+        for task in tasks:
+            group = task_group(task)
+            if group is not None:
+                groups.setdefault(group, []).append(task)
+        gains = []
+        for group, members in groups.items():
+            mean, se = mean_and_stderr(final[i] - start[i] for i in members)
+            gains.append(f"{group} ({len(members)}) {mean:+.2f} ± {se:.2f}")
+        lines.append("RL - warm start, success paired by task: " + ", ".join(gains))
+    return "\n".join(lines)

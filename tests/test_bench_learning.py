@@ -1,0 +1,194 @@
+"""The learning bench: its plan of trials, and its numbers read back from run directories written
+the way ``launch.report.Reporter`` writes them (the runs themselves are the product's training runs,
+tested elsewhere; the end-to-end reward-goes-up run is ``tests/test_reward_goes_up.py``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from launch.bench.learning import ABLATIONS, DONE, main, parse_args, plan
+from launch.bench.learning_report import analyse, last_line, report
+from launch.run_results import closing_table, read_run, task_group
+from policies.stats import seeds_and_tasks_mean_and_stderr
+from specs.trajectory import Score, Trajectory, Verdict
+
+TASKS = ("calc-eval-seen-0000", "calc-eval-seen-0001", "calc-eval-heldout-0000", "calc-eval-heldout-0001")
+
+
+def episode(task: str, success: bool, calls: int = 0) -> Trajectory:
+    verdict = Verdict(func="number", op="approx", passed=success)
+    return Trajectory(
+        task_id=task,
+        group_id=f"g-{task}",
+        token_ids=[1, 2],
+        trainable=[0, 1],
+        logprobs=[0.0, -0.5],
+        versions=[0, 0],
+        messages=[],
+        score=Score.of((verdict,)),
+        tool_calls=[],
+        num_turns=1 + calls,
+    )
+
+
+def write_trial(run_dir: Path, evals: dict[str, list[bool]], step_s: list[float]) -> None:
+    """A finished trial: per phase one greedy episode per task of ``TASKS`` (its success given)."""
+    (run_dir / "trajectories").mkdir(parents=True)
+    for phase, successes in evals.items():
+        lines = [msgspec.json.encode(episode(t, ok)) for t, ok in zip(TASKS, successes, strict=True)]
+        (run_dir / "trajectories" / f"eval_{phase}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    rows = [{"phase": "eval/base", "step": 0, "success": 0.0}]
+    rows += [{"phase": "train", "step": i + 1, "step_s": s} for i, s in enumerate(step_s)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / DONE).write_text("{}")
+
+
+def test_the_seeds_and_tasks_standard_error_adds_the_task_and_the_seed_terms():
+    # the docstring's example: task means (1, 0.5), seed means (0.5, 1)
+    mean, se = seeds_and_tasks_mean_and_stderr({0: {"a": 1, "b": 0}, 1: {"a": 1, "b": 1}})
+    assert mean == 0.75 and se == pytest.approx(math.sqrt(0.125 / 2 + 0.125 / 2))
+    # one seed: the task term alone, s / sqrt(n) of the values
+    mean, se = seeds_and_tasks_mean_and_stderr({3: {"a": 1, "b": 0, "c": 0, "d": 1}})
+    assert mean == 0.5 and se == pytest.approx(math.sqrt(1 / 3 / 4))
+    with pytest.raises(ValueError, match="seed 1 has other tasks than the first seed"):
+        seeds_and_tasks_mean_and_stderr({0: {"a": 1}, 1: {"b": 1}})
+
+
+def test_task_groups_come_from_the_generators_ids():
+    assert task_group("calc-eval-heldout-0003") == "heldout"
+    assert task_group("apps-eval-seen-0000") == "seen"
+    assert task_group("swe-eval-project-0009") == "project"
+    assert task_group("my-task") is None
+
+
+def test_the_plan_runs_every_arm_of_an_ablation_on_the_same_seeds(tmp_path):
+    bench = plan(
+        parse_args(["--ablation", "tool_bonus", "--seeds", "2", "--steps", "3", "--out", str(tmp_path)])
+    )
+    assert [(arm.name, seed) for arm, seed, _ in bench.trials] == [
+        ("no_bonus", 0),
+        ("bonus", 0),
+        ("no_bonus", 1),
+        ("bonus", 1),
+    ]
+    for arm, seed, cfg in bench.trials:
+        assert cfg.seed == seed and cfg.train.steps == 3 and cfg.algorithm.returns == "adoption"
+        assert cfg.algorithm.tool_bonus == (0.1 if arm.name == "bonus" else 0.0)
+        assert cfg.run_dir == os.path.join(str(tmp_path), f"{arm.name}-s{seed}")
+        assert cfg.wandb.group == "demo-tool_bonus"
+    quick = plan(parse_args(["--quick", "--out", str(tmp_path)]))
+    assert [(a.name, s) for a, s, _ in quick.trials] == [("grpo", 0)]
+
+
+def test_every_ablation_is_a_valid_config(tmp_path):
+    for name in ABLATIONS:
+        bench = plan(parse_args(["--ablation", name, "--seeds", "1", "--out", str(tmp_path)]))
+        assert len(bench.trials) == 2
+    rule = {a.name: c for a, _, c in plan(parse_args(["--ablation", "observation_rule", "--quick"])).trials}
+    # both arms are evaluated under the rule; only the matched one trains under it
+    assert (
+        rule["matched"].rollout.observation_rule is not None
+        and rule["matched"].train.eval_observation_rule is None
+    )
+    assert rule["mismatched"].rollout.observation_rule is None
+    assert rule["mismatched"].train.eval_observation_rule == rule["matched"].rollout.observation_rule
+
+
+def test_a_bench_without_a_warm_start_is_refused(capsys):
+    assert main(["--quick", "warmstart.enabled=false", "--report-only"]) == 2
+    assert "warmstart.enabled" in capsys.readouterr().err
+
+
+def test_the_report_pairs_rl_with_the_warm_start_per_task_and_seed(tmp_path):
+    bench = plan(parse_args(["--seeds", "2", "--steps", "2", "--out", str(tmp_path)]))
+    # seed 0: warm start solves 1 of 4, final 3 of 4; seed 1: 0 -> 2; a mid-run eval at step 1
+    write_trial(
+        tmp_path / "grpo-s0",
+        {
+            "base": [False] * 4,
+            "warmstart": [True, False, False, False],
+            "step1": [True, True, False, False],
+            "final": [True, True, True, False],
+        },
+        [10.0, 20.0],
+    )
+    write_trial(
+        tmp_path / "grpo-s1",
+        {
+            "base": [False] * 4,
+            "warmstart": [False] * 4,
+            "step1": [True, False, False, False],
+            "final": [True, True, False, False],
+        },
+        [30.0, 40.0],
+    )
+    trials = [read_run(str(tmp_path / f"grpo-s{s}"), 2, "grpo", s) for s in (0, 1)]
+    result = analyse(bench, trials)
+    grpo = result["arms"]["grpo"]
+    assert result["groups"] == {"all": 4, "seen": 2, "heldout": 2} and result["se"] == "over tasks and seeds"
+    # per-task gains, seed 0: (0, 1, 1, 0), seed 1: (1, 1, 0, 0)
+    expected = seeds_and_tasks_mean_and_stderr(
+        {0: dict(zip(TASKS, (0, 1, 1, 0), strict=True)), 1: dict(zip(TASKS, (1, 1, 0, 0), strict=True))}
+    )
+    assert grpo["rl_minus_warmstart"]["all"] == pytest.approx(expected) and expected[0] == 0.5
+    assert grpo["rl_minus_warmstart"]["seen"][0] == 0.75 and grpo["rl_minus_warmstart"]["heldout"][0] == 0.25
+    assert grpo["phases"]["final"]["all"][0] == 0.625 and grpo["phases"]["base"]["all"] == (0.0, 0.0)
+    assert [(p["step"], p["train_s"], p["success"]) for p in grpo["curve"]] == [
+        (0, 0.0, 0.125),
+        (1, 20.0, 0.375),
+        (2, 50.0, 0.625),
+    ]
+    line = report(bench)
+    assert line == last_line(result) and line.startswith("rl_minus_warmstart=0.5000 se=")
+    assert line.endswith("seeds=2 tasks=4")
+    assert json.loads((tmp_path / "learning.json").read_text())["tasks"] == 4
+    assert (tmp_path / "learning.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_ablation_reports_treatment_minus_reference_in_each_metric(tmp_path, capsys):
+    out = str(tmp_path)
+    write_trial(
+        tmp_path / "no_bonus-s0",
+        {"base": [False] * 4, "warmstart": [False] * 4, "final": [True, False, False, False]},
+        [5.0],
+    )
+    write_trial(
+        tmp_path / "bonus-s0",
+        {"base": [False] * 4, "warmstart": [False] * 4, "final": [True, True, True, False]},
+        [6.0],
+    )
+    assert (
+        main(["--ablation", "tool_bonus", "--quick", "--out", out, "--report-only", "wandb.mode=disabled"])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    ablation = json.loads((tmp_path / "learning.json").read_text())["ablation"]
+    assert ablation["metrics"]["success"]["difference"][0] == 0.5
+    assert set(ablation["metrics"]) == {"success", "tool_adoption", "valid_call"}
+    assert "ablation tool_bonus" in printed and printed.strip().splitlines()[-1].startswith(
+        "rl_minus_warmstart=0.2500"
+    )
+
+
+def test_a_trial_not_finished_is_named_when_nothing_can_be_compared(tmp_path, capsys):
+    assert main(["--quick", "--out", str(tmp_path), "--report-only"]) == 1
+    assert "no seed has a finished trial of every arm (grpo)" in capsys.readouterr().err
+
+
+def test_the_closing_table_of_a_run_pairs_final_with_warm_start(tmp_path):
+    write_trial(
+        tmp_path,
+        {"base": [False] * 4, "warmstart": [True, False, False, False], "final": [True, True, True, False]},
+        [1.0],
+    )
+    text = closing_table(read_run(str(tmp_path), 1))
+    assert text.splitlines()[3].startswith("final") and "0.75 ± 0.25" in text.splitlines()[3]
+    assert text.splitlines()[-1] == (
+        "RL - warm start, success paired by task: all (4) +0.50 ± 0.29, heldout (2) +0.50 ± 0.50, seen (2) +0.50 ± 0.50"
+    )
