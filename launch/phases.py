@@ -16,16 +16,27 @@ from launch.tasks import TaskStream
 from policies.batch import demonstration_samples
 from policies.metrics import OVERALL, episode_metrics, metrics_with_stderr
 from policies.scripted import Respond, ScriptedEngine
+from policies.types import SamplingConfig
 from specs.task import TaskSpec
 
 
 async def evaluate(s: Session, tasks: Sequence[TaskSpec], phase: str, step: int) -> dict[str, float]:
-    """Greedy episodes on ``tasks``; the phase's metrics (``lost``: episodes lost to infrastructure,
-    a failure of the run and not of the policy: reported, not hidden)."""
-    with s.reporter.progress(f"eval {phase}", len(tasks)) as advance:
-        groups = await s.pipeline().collect(tasks, 1, s.greedy, s.eval_limits, advance)
+    """Greedy episodes on ``tasks`` (and ``train.eval_samples`` sampled ones per task, logged as
+    ``eval_sampled/<phase>``); the greedy phase's metrics (``lost``: episodes lost to
+    infrastructure, a failure of the run and not of the policy: reported, not hidden)."""
+    metrics = await _eval_run(s, tasks, phase, step, 1, s.greedy, "")
+    if s.cfg.train.eval_samples:
+        await _eval_run(s, tasks, phase, step, s.cfg.train.eval_samples, s.sampling, "_sampled")
+    return metrics
+
+
+async def _eval_run(
+    s: Session, tasks: Sequence[TaskSpec], phase: str, step: int, k: int, sampling: SamplingConfig, kind: str
+) -> dict[str, float]:
+    with s.reporter.progress(f"eval{kind} {phase}", len(tasks) * k) as advance:
+        groups = await s.pipeline(evaluation=True).collect(tasks, k, sampling, s.eval_limits, advance)
     trajectories = [t for g in groups for t in g.trajectories]
-    s.reporter.write_trajectories(f"eval_{phase}", trajectories, s.tokenizer)
+    s.reporter.write_trajectories(f"eval_{phase}{kind}", trajectories, s.tokenizer)
     lost = sum(t.status != "ok" for t in trajectories)
     metrics = {**episode_metrics(trajectories), "lost": float(lost)}
     if s.domain_of:  # a run that mixes domains: each domain's numbers too (W&B, not the table)
@@ -33,7 +44,7 @@ async def evaluate(s: Session, tasks: Sequence[TaskSpec], phase: str, step: int)
         metrics |= {
             f"{d}/{k}": mean for d, row in rows.items() if d != OVERALL for k, (mean, _) in row.items()
         }
-    s.reporter.log(f"eval/{phase}", step, metrics)
+    s.reporter.log(f"eval{kind}/{phase}", step, metrics)
     return metrics
 
 

@@ -55,6 +55,7 @@ class Reporter:
                     name=run_id,
                     mode=cfg.wandb.mode,
                     tags=list(cfg.wandb.tags),
+                    group=cfg.wandb.group,
                     config=to_dict(cfg),
                     dir=self.run_dir,
                 )

@@ -72,9 +72,15 @@ class Session:
         """A fresh recorder for one episode (and for replaying one: ``policies.replay``)."""
         return ChatRecorder(self.tokenizer, reasoning_format=self.cfg.rollout.reasoning_format)
 
-    def pipeline(self, engine_for: Callable[[TaskSpec], Engine] | None = None) -> RolloutPipeline:
-        """A rollout pipeline over the run's actors (the generator unless ``engine_for`` says)."""
+    def pipeline(
+        self, engine_for: Callable[[TaskSpec], Engine] | None = None, *, evaluation: bool = False
+    ) -> RolloutPipeline:
+        """A rollout pipeline over the run's actors (the generator unless ``engine_for`` says);
+        ``evaluation``: under the evaluations' observation rule (``train.eval_observation_rule``)."""
         rollout = self.cfg.rollout
+        rule = rollout.observation_rule
+        if evaluation and self.cfg.train.eval_observation_rule is not None:
+            rule = self.cfg.train.eval_observation_rule
         return RolloutPipeline(
             pool=self.actors.pool,
             gateway=self.actors.gateway,
@@ -87,7 +93,7 @@ class Session:
             eval_workers=rollout.eval_workers,
             system_prompt=system_prompt(self.cfg),
             gateway_options=rollout.gateway_options(),
-            observation_rule=rollout.observation_rule,
+            observation_rule=rule,
             retries=rollout.retries,
             group_timeout_s=rollout.group_timeout_s,
             hook_modules=self.cfg.hook_modules,

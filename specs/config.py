@@ -57,7 +57,7 @@ class EnvPoolConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     docker_url: str | None = None
     """Docker API endpoint for the docker backend, e.g. ``unix:///run/mcprl/podman.sock``
     (default: ``$DOCKER_HOST``, else the engine's default socket)."""
-    max_live: int = 8
+    max_live: int = 16
     """Most environments alive at once; bounds host memory and processes."""
     reuse: bool = True
     """Reset and reuse released environments instead of destroying them."""
@@ -96,13 +96,13 @@ class EnvPoolConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    group_size: int = 4
+    group_size: int = 8
     """Trajectories per task; GRPO normalises rewards within each group."""
     tasks_per_step: int = 4
     """Tasks (groups) per training step."""
     acquire_workers: int = 2
     """Concurrent environment acquisitions (create/reset + prepare hooks)."""
-    run_workers: int = 4
+    run_workers: int = 16
     """Concurrent agent episodes."""
     eval_workers: int = 2
     """Concurrent evaluations (evaluators + cleanup hooks)."""
@@ -110,8 +110,9 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Most model turns per episode."""
     max_new_tokens: int = 96
     """Most tokens the model generates in one turn."""
-    temperature: float = 1.0
-    """Sampling temperature during training rollouts."""
+    temperature: float = 0.8
+    """Sampling temperature during training rollouts (the learner's logprobs, like the engine's
+    recorded ones, are of the untempered policy)."""
     top_p: float = 1.0
     """Nucleus sampling mass during training rollouts."""
     tool_timeout_s: float = 10.0
@@ -201,7 +202,7 @@ class GeneratorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    lr: float = 1e-6
+    lr: float = 2e-5
     """AdamW learning rate for RL updates."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
@@ -232,9 +233,9 @@ class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
     """Supervised warm start on expert demonstrations before RL (the base model never calls tools)."""
-    demonstrations: int = 40
+    demonstrations: int = 16
     """Expert trajectories to train on; few, to leave RL headroom."""
-    epochs: int = 2
+    epochs: int = 1
     """Passes over the demonstrations."""
     lr: float = 5e-5
     """Learning rate of the warm start."""
@@ -249,14 +250,21 @@ class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    steps: int = 4
+    steps: int = 10
     """RL steps (rollout + update)."""
     eval_every: int = 0
     """Evaluate every N steps; 0 means only before the first and after the last step."""
-    eval_tasks_limit: int = 16
+    eval_tasks_limit: int = 48
     """Most eval tasks per evaluation."""
     eval_max_turns: int | None = None
     """Turn limit in evaluation; ``None`` means rollout.max_turns."""
+    eval_samples: int = 0
+    """Besides the greedy episode, this many episodes per eval task sampled at rollout.temperature
+    (logged as ``eval_sampled/<phase>``); 0: greedy only."""
+    eval_observation_rule: ObservationRule | None = None
+    """The observation rule of evaluations when it differs from training's (``null``:
+    rollout.observation_rule): a policy trained on full observations evaluated under a compressing
+    rule is paper 002's mismatched arm (``launch/bench/learning.py --ablation observation_rule``)."""
     curation_samples: int = 0
     """Gradient-band curation (tool-adoption paper, §5.1): sample each training task this many times
     (G, at rollout.temperature) to profile its pass rate, and train only on tasks whose rate lies
@@ -277,8 +285,8 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     (a fresh start if there is none). The run continues at the next step with the same data order."""
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.eval_every < 0 or self.eval_tasks_limit < 1:
-            raise ValueError("train: steps and eval_every must be >= 0, eval_tasks_limit >= 1")
+        if self.steps < 0 or self.eval_every < 0 or self.eval_tasks_limit < 1 or self.eval_samples < 0:
+            raise ValueError("train: steps, eval_every and eval_samples must be >= 0, eval_tasks_limit >= 1")
         if self.curation_samples < 0 or (self.curation_pool is not None and self.curation_pool < 1):
             raise ValueError("train.curation_samples must be >= 0 and train.curation_pool >= 1 (or null)")
         if self.curation_every is not None and self.curation_every < 1:
@@ -301,6 +309,8 @@ class WandbConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """``offline`` writes under ``wandb/`` for a later ``wandb sync``."""
     tags: tuple[str, ...] = ()
     """Tags on the run."""
+    group: str | None = None
+    """W&B run group (the learning bench groups its trials' runs with its own)."""
 
 
 class RayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
