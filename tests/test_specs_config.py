@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_no_file_gives_the_defaults_and_derived_paths() -> None:
     cfg = load_run_config(None, [])
     assert cfg == RunConfig()
-    assert cfg.domain.name == "calculator" and cfg.rollout.group_size == 4
+    assert cfg.domain.name == "calculator" and cfg.rollout.group_size == 8
     assert cfg.run_dir == "runs/demo"
     assert cfg.checkpoint_dir == "runs/demo/checkpoint"
     assert cfg.eval_max_turns == cfg.rollout.max_turns == 3
@@ -92,7 +92,7 @@ def test_unknown_yaml_keys_are_all_reported_with_the_file(tmp_path: Path) -> Non
     ("override", "why"),
     [
         ("rollout.group_size=1", "GRPO normalises rewards within a group"),
-        ("rollout.acquire_workers=8", "must be >= rollout.acquire_workers"),
+        ("rollout.acquire_workers=17", "must be >= rollout.acquire_workers"),
         ("rollout.max_new_tokens=2000", "one turn must fit in the context"),
         ("rollout.max_context_tokens=4096", "must be <= generator.max_model_len"),
         ("domain.expert=null", "needs domain.expert"),
@@ -120,7 +120,7 @@ def test_the_tool_reward_family_needs_outcome_returns() -> None:
 def test_to_dict_round_trips_for_logging() -> None:
     cfg = load_run_config(None, ["seed=7"])
     d = to_dict(cfg)
-    assert d["seed"] == 7 and d["rollout"]["group_size"] == 4 and d["learner"]["betas"] == [0.9, 0.999]
+    assert d["seed"] == 7 and d["rollout"]["group_size"] == 8 and d["learner"]["betas"] == [0.9, 0.999]
     assert msgspec.convert(d, RunConfig) == cfg
 
 
