@@ -286,7 +286,7 @@ class Learner:
         self._engine.eval()
         with torch.no_grad():
             for chunk in chunks(samples, self.cfg.micro_batch_size):
-                lp = self._policy(self._collate(chunk)).cpu()
+                lp = forward_logprobs(self._engine, self._collate(chunk), every_token=True).cpu()
                 out.extend(lp[row, : len(s.token_ids)].tolist() for row, s in enumerate(chunk))
         self._engine.train()
         return out

@@ -30,12 +30,33 @@ MicroLoss = Callable[[Batch, float, float], "tuple[torch.Tensor, dict[str, float
 """``(batch, total, rows) -> (loss, metrics)``; see the module docstring."""
 
 
-def forward_logprobs(model: Any, batch: Batch) -> torch.Tensor:
-    """``model``'s logprob of every token of ``batch`` given its prefix (position 0 gets 0.0)."""
-    from policies.losses import token_logprobs
+def forward_logprobs(model: Any, batch: Batch, *, every_token: bool = False) -> torch.Tensor:
+    """``model``'s logprob of each trainable token of ``batch`` given its prefix, 0.0 elsewhere:
+    the model projects onto the vocabulary only the positions that score a trainable token of some
+    row (``policies.losses.predicting_positions``, HF's ``logits_to_keep``), which for an agent
+    whose context is mostly prompt and observations is most of the logits' memory and time.
+    ``every_token`` (or a model that does not take ``logits_to_keep``): every token's logprob
+    (position 0 gets 0.0)."""
+    from policies.losses import predicting_positions, token_logprobs, token_logprobs_at
 
-    logits = model(input_ids=batch["ids"], attention_mask=batch["attn"], use_cache=False).logits
-    return token_logprobs(logits, batch["ids"])
+    ids, attn = batch["ids"], batch["attn"]
+    if not every_token and _keeps_logits(model):
+        positions = predicting_positions(batch["mask"])
+        if positions.numel():
+            logits = model(
+                input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=positions
+            ).logits
+            return token_logprobs_at(logits, ids, positions)
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    return token_logprobs(logits, ids)
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether the HF model (under a DeepSpeed engine or not) takes ``logits_to_keep``."""
+    import inspect
+
+    module = getattr(model, "module", model)
+    return "logits_to_keep" in inspect.signature(module.forward).parameters
 
 
 def _kl_term(

@@ -78,6 +78,30 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tenso
     return torch.cat([first, shifted], dim=1)
 
 
+def predicting_positions(mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` trainable mask -> the 1-D sorted positions ``p`` in ``0 .. T-2`` whose logits score a
+    trainable token (``mask[b, p + 1]`` set in some row ``b``): all the logits a loss needs. A model
+    asked for those only (HF's ``logits_to_keep``) skips the vocabulary projection of the prompt
+    and observation tokens, most of a multi-turn agent's context."""
+    return mask[:, 1:].bool().any(dim=0).nonzero().flatten()
+
+
+def token_logprobs_at(logits: torch.Tensor, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``[B, K, V]`` logits at ``positions`` (``predicting_positions``), ``[B, T]`` ids -> ``[B, T]``:
+    ``token_logprobs`` at the tokens ``positions + 1``, 0.0 at every other position (which a loss
+    masks out). Computed in float32."""
+    batch, kept, vocab = logits.shape
+    if token_ids.shape[0] != batch or positions.shape != (kept,):
+        raise ValueError(
+            f"token_logprobs_at: expected logits [B, K, V], token_ids [B, T] and K positions, got "
+            f"{tuple(logits.shape)}, {tuple(token_ids.shape)} and {tuple(positions.shape)}"
+        )
+    targets = token_ids[:, positions + 1].long().reshape(-1)
+    picked = -F.cross_entropy(logits.float().reshape(-1, vocab), targets, reduction="none").view(batch, kept)
+    zeros = torch.zeros(token_ids.shape, dtype=picked.dtype, device=picked.device)
+    return zeros.index_copy(1, positions + 1, picked)
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum of ``x`` over positions where ``mask`` is nonzero (masked-out values, even ``nan``, ignored)."""
     return torch.where(mask.bool(), x, torch.zeros_like(x)).sum()

@@ -122,6 +122,24 @@ def test_micro_batch_size_does_not_change_the_loss_gradient_or_update(model_dir:
     assert _max_diff(w1, w4) < 1e-4
 
 
+def test_logits_only_where_a_loss_needs_them_give_the_update_of_logits_everywhere(model_dir: str) -> None:
+    import functools
+    from unittest import mock
+
+    from actors import learner as learner_module
+
+    results = []
+    for every_token in (False, True):
+        forward = functools.partial(learner_module.forward_logprobs, every_token=every_token)
+        with mock.patch.object(learner_module, "forward_logprobs", forward):
+            learner = _learner(model_dir, kl_coef=0.1)  # the reference's logprobs are kept the same way
+            results.append((learner.train_step(_batch()), _weights(learner)))
+    (kept, w_kept), (full, w_full) = results
+    assert kept["loss"] == pytest.approx(full["loss"], rel=1e-5)
+    assert kept["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-4)
+    assert _max_diff(w_kept, w_full) < 1e-5
+
+
 def test_a_batch_with_zero_advantages_leaves_the_weights_unchanged(model_dir: str) -> None:
     learner = _learner(model_dir, weight_decay=0.0)
     before = _weights(learner)

@@ -16,8 +16,10 @@ from policies.losses import (
     kl_penalty,
     masked_mean,
     ppo_clip_loss,
+    predicting_positions,
     sft_loss,
     token_logprobs,
+    token_logprobs_at,
 )
 
 
@@ -51,6 +53,34 @@ def test_token_logprobs_match_a_log_softmax_reference() -> None:
 def test_token_logprobs_refuse_mismatched_shapes() -> None:
     with pytest.raises(ValueError, match=r"\[B, T, V\]"):
         token_logprobs(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_only_the_positions_that_score_a_trainable_token_are_kept() -> None:
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 0, 1]])
+    # logits at p score token p + 1: row 0 needs 1, 2; row 1 needs 2, 4; the batch the union
+    assert predicting_positions(mask).tolist() == [1, 2, 4]
+
+
+def test_logprobs_from_the_kept_logits_equal_the_full_ones_on_trainable_tokens() -> None:
+    logits = torch.randn(2, 6, 9, requires_grad=True)
+    ids = torch.randint(0, 9, (2, 6))
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 0, 1]])
+    positions = predicting_positions(mask)
+    kept = token_logprobs_at(logits[:, positions], ids, positions)
+    full = token_logprobs(logits, ids)
+    assert torch.allclose(kept[mask.bool()], full[mask.bool()])
+    assert (kept[:, [0, 1, 4]] == 0).all()  # positions no kept logit scores
+    # the gradient reaches exactly the kept logits, and equals the full computation's there
+    (kept * mask).sum().backward()
+    grad_kept = logits.grad.clone()
+    logits.grad = None
+    (full * mask).sum().backward()
+    assert torch.allclose(grad_kept, logits.grad) and (grad_kept[:, [0, 3, 5]] == 0).all()
+
+
+def test_kept_logits_are_refused_with_the_wrong_number_of_positions() -> None:
+    with pytest.raises(ValueError, match="K positions"):
+        token_logprobs_at(torch.zeros(1, 2, 4), torch.zeros(1, 5, dtype=torch.long), torch.tensor([1]))
 
 
 def _clip_case(ratio: float, advantage: float) -> tuple[float, float, dict[str, float]]:
