@@ -100,7 +100,7 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Trajectories per task; GRPO normalises rewards within each group."""
     tasks_per_step: int = 4
     """Tasks (groups) per training step."""
-    acquire_workers: int = 2
+    acquire_workers: int = 4
     """Concurrent environment acquisitions (create/reset + prepare hooks)."""
     run_workers: int = 16
     """Concurrent agent episodes."""

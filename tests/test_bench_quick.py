@@ -38,3 +38,10 @@ def test_the_generator_bench_compares_plain_vllm_with_our_engine(model_dir: Path
     assert set(figures) == {"plain_tok_s", "engine_tok_s", "ratio"}
     assert all(math.isfinite(v) and v > 0 for v in figures.values())
     assert figures["ratio"] == pytest.approx(figures["engine_tok_s"] / figures["plain_tok_s"], rel=0.01)
+
+
+@pytest.mark.slow
+def test_the_learner_logits_bench_times_both_arms(model_dir: Path) -> None:
+    figures = run_bench("learner_logits", "--quick", "--model", str(model_dir))
+    assert set(figures) == {"speedup", "peak_rss_ratio", "samples", "context", "generated"}
+    assert all(math.isfinite(v) and v > 0 for v in figures.values())
