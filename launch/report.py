@@ -30,6 +30,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("tool_calls", "calls", "{:>5.2f}"),
     ("gen_tok_s", "gen tok/s", "{:>9.1f}"),
     ("loss", "loss", "{:>8.4f}"),
+    ("grad_norm", "gnorm", "{:>6.2f}"),
     ("rollout_s", "rollout s", "{:>9.1f}"),
     ("update_s", "update s", "{:>8.1f}"),
     ("sync_s", "sync s", "{:>6.1f}"),

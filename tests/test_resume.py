@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ def command(tmp_path: Path, *extra: str) -> list[str]:
         "train.steps=3",
         "train.checkpoint_every=1",
         "train.eval_tasks_limit=1",
+        "train.eval_samples=2",
         "rollout.tasks_per_step=2",
         "rollout.group_size=2",
         "rollout.max_turns=1",
@@ -94,6 +96,11 @@ def test_a_killed_run_resumes_at_the_next_step_with_the_same_data_order(tmp_path
         assert step_tasks(run_dir, step) == sorted(t.instance_id for t in stream.take(2))
     final = read_progress(complete_steps(str(run_dir / "checkpoint"))[-1][1])
     assert final.step == 3 and final.position == 6
+    # each eval also sampled train.eval_samples episodes per task, logged apart from the greedy one
+    sampled = (run_dir / "trajectories" / "eval_final_sampled.jsonl").read_text().splitlines()
+    assert len(sampled) == 2 and "eval_sampled/final" in (run_dir / "metrics.jsonl").read_text()
+    # the closing table read the run back: the evals with standard errors
+    assert re.search(r"^final +[\d.]+ ± [\d.]+", resumed.stdout, re.MULTILINE), resumed.stdout[-2000:]
 
 
 @pytest.fixture(autouse=True)
