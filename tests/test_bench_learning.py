@@ -192,3 +192,33 @@ def test_the_closing_table_of_a_run_pairs_final_with_warm_start(tmp_path):
     assert text.splitlines()[-1] == (
         "RL - warm start, success paired by task: all (4) +0.50 ± 0.29, heldout (2) +0.50 ± 0.50, seen (2) +0.50 ± 0.50"
     )
+
+
+def test_trials_run_once_and_an_interrupted_one_starts_afresh(tmp_path, monkeypatch):
+    import launch.train
+    from launch.bench.learning import run_trials
+
+    ran = []
+
+    def attempt(cfg):
+        ran.append(cfg.run_name)
+        assert not os.path.exists(os.path.join(cfg.run_dir, "stale.jsonl")), "a partial attempt was kept"
+        if cfg.seed == 1:
+            raise RuntimeError("generator died")
+        os.makedirs(cfg.run_dir, exist_ok=True)  # the real train writes its run directory
+
+    async def fake_train(cfg, verbose=False):
+        attempt(cfg)
+        return 0
+
+    monkeypatch.setattr(launch.train, "train", fake_train)
+    bench = plan(parse_args(["--seeds", "3", "--out", str(tmp_path)]))
+    write_trial(
+        tmp_path / "grpo-s0", {"base": [False] * 4, "warmstart": [False] * 4, "final": [False] * 4}, [1.0]
+    )
+    (tmp_path / "grpo-s2").mkdir()
+    (tmp_path / "grpo-s2" / "stale.jsonl").write_text("{}")  # an attempt killed before it finished
+    problems = run_trials(bench, verbose=False)
+    assert ran == ["grpo-s1", "grpo-s2"]  # seed 0 was done
+    assert problems == ["grpo seed 1: RuntimeError: generator died"]
+    assert (tmp_path / "grpo-s2" / DONE).exists() and not (tmp_path / "grpo-s1" / DONE).exists()

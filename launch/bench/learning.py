@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -172,6 +173,7 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
             )
             continue
         print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: {cfg.run_dir}", flush=True)
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)  # what an interrupted attempt left: not a result
         try:
             anyio.run(train, cfg, verbose)
         except Exception as e:  # one failed run is reported, the others still run
