@@ -12,10 +12,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from launch.bench.learning import ABLATIONS, DONE, main, parse_args, plan
+from launch.bench.learning import ABLATIONS, DONE, Bench, main, parse_args, plan
 from launch.bench.learning_report import analyse, last_line, report
 from launch.run_results import closing_table, read_run, task_group
 from policies.stats import seeds_and_tasks_mean_and_stderr
+from specs.config import RunConfig, load_run_config, to_dict
 from specs.trajectory import Score, Trajectory, Verdict
 
 TASKS = ("calc-eval-seen-0000", "calc-eval-seen-0001", "calc-eval-heldout-0000", "calc-eval-heldout-0001")
@@ -37,8 +38,13 @@ def episode(task: str, success: bool, calls: int = 0) -> Trajectory:
     )
 
 
-def write_trial(run_dir: Path, evals: dict[str, list[bool]], step_s: list[float]) -> None:
-    """A finished trial: per phase one greedy episode per task of ``TASKS`` (its success given)."""
+def config_of(bench: Bench, run_name: str) -> RunConfig:
+    return next(cfg for _, _, cfg in bench.trials if cfg.run_name == run_name)
+
+
+def write_trial(cfg: RunConfig, evals: dict[str, list[bool]], step_s: list[float]) -> None:
+    """A finished trial of ``cfg``: per phase one greedy episode per task of ``TASKS`` (its success given)."""
+    run_dir = Path(cfg.run_dir)
     (run_dir / "trajectories").mkdir(parents=True)
     for phase, successes in evals.items():
         lines = [msgspec.json.encode(episode(t, ok)) for t, ok in zip(TASKS, successes, strict=True)]
@@ -46,7 +52,7 @@ def write_trial(run_dir: Path, evals: dict[str, list[bool]], step_s: list[float]
     rows = [{"phase": "eval/base", "step": 0, "success": 0.0}]
     rows += [{"phase": "train", "step": i + 1, "step_s": s} for i, s in enumerate(step_s)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run_dir / DONE).write_text("{}")
+    (run_dir / DONE).write_text(json.dumps({"config": to_dict(cfg)}))
 
 
 def test_the_seeds_and_tasks_standard_error_adds_the_task_and_the_seed_terms():
@@ -109,7 +115,7 @@ def test_the_report_pairs_rl_with_the_warm_start_per_task_and_seed(tmp_path):
     bench = plan(parse_args(["--seeds", "2", "--steps", "2", "--out", str(tmp_path)]))
     # seed 0: warm start solves 1 of 4, final 3 of 4; seed 1: 0 -> 2; a mid-run eval at step 1
     write_trial(
-        tmp_path / "grpo-s0",
+        config_of(bench, "grpo-s0"),
         {
             "base": [False] * 4,
             "warmstart": [True, False, False, False],
@@ -119,7 +125,7 @@ def test_the_report_pairs_rl_with_the_warm_start_per_task_and_seed(tmp_path):
         [10.0, 20.0],
     )
     write_trial(
-        tmp_path / "grpo-s1",
+        config_of(bench, "grpo-s1"),
         {
             "base": [False] * 4,
             "warmstart": [False] * 4,
@@ -153,20 +159,19 @@ def test_the_report_pairs_rl_with_the_warm_start_per_task_and_seed(tmp_path):
 
 def test_an_ablation_reports_treatment_minus_reference_in_each_metric(tmp_path, capsys):
     out = str(tmp_path)
+    argv = ["--ablation", "tool_bonus", "--quick", "--out", out, "--report-only", "wandb.mode=disabled"]
+    bench = plan(parse_args(argv))
     write_trial(
-        tmp_path / "no_bonus-s0",
+        config_of(bench, "no_bonus-s0"),
         {"base": [False] * 4, "warmstart": [False] * 4, "final": [True, False, False, False]},
         [5.0],
     )
     write_trial(
-        tmp_path / "bonus-s0",
+        config_of(bench, "bonus-s0"),
         {"base": [False] * 4, "warmstart": [False] * 4, "final": [True, True, True, False]},
         [6.0],
     )
-    assert (
-        main(["--ablation", "tool_bonus", "--quick", "--out", out, "--report-only", "wandb.mode=disabled"])
-        == 0
-    )
+    assert main(argv) == 0
     printed = capsys.readouterr().out
     ablation = json.loads((tmp_path / "learning.json").read_text())["ablation"]
     assert ablation["metrics"]["success"]["difference"][0] == 0.5
@@ -182,12 +187,13 @@ def test_a_trial_not_finished_is_named_when_nothing_can_be_compared(tmp_path, ca
 
 
 def test_the_closing_table_of_a_run_pairs_final_with_warm_start(tmp_path):
+    cfg = load_run_config(None, [f"output_dir={tmp_path}", "run_name=run"])
     write_trial(
-        tmp_path,
+        cfg,
         {"base": [False] * 4, "warmstart": [True, False, False, False], "final": [True, True, True, False]},
         [1.0],
     )
-    text = closing_table(read_run(str(tmp_path), 1))
+    text = closing_table(read_run(cfg.run_dir, 1))
     assert text.splitlines()[3].startswith("final") and "0.75 ± 0.25" in text.splitlines()[3]
     assert text.splitlines()[-1] == (
         "RL - warm start, success paired by task: all (4) +0.50 ± 0.29, heldout (2) +0.50 ± 0.50, seen (2) +0.50 ± 0.50"
@@ -212,13 +218,18 @@ def test_trials_run_once_and_an_interrupted_one_starts_afresh(tmp_path, monkeypa
         return 0
 
     monkeypatch.setattr(launch.train, "train", fake_train)
-    bench = plan(parse_args(["--seeds", "3", "--out", str(tmp_path)]))
+    bench = plan(parse_args(["--seeds", "4", "--out", str(tmp_path)]))
+    evals = {"base": [False] * 4, "warmstart": [False] * 4, "final": [False] * 4}
+    write_trial(config_of(bench, "grpo-s0"), evals, [1.0])
+    # seed 3 finished, but with another config (3 steps): not the trial this bench asks for
     write_trial(
-        tmp_path / "grpo-s0", {"base": [False] * 4, "warmstart": [False] * 4, "final": [False] * 4}, [1.0]
+        config_of(plan(parse_args(["--seeds", "4", "--steps", "3", "--out", str(tmp_path)])), "grpo-s3"),
+        evals,
+        [1.0],
     )
     (tmp_path / "grpo-s2").mkdir()
     (tmp_path / "grpo-s2" / "stale.jsonl").write_text("{}")  # an attempt killed before it finished
     problems = run_trials(bench, verbose=False)
-    assert ran == ["grpo-s1", "grpo-s2"]  # seed 0 was done
+    assert ran == ["grpo-s1", "grpo-s2", "grpo-s3"]  # seed 0 was done
     assert problems == ["grpo seed 1: RuntimeError: generator died"]
     assert (tmp_path / "grpo-s2" / DONE).exists() and not (tmp_path / "grpo-s1" / DONE).exists()

@@ -15,8 +15,8 @@ start, and for an ablation the paired difference between its arms in success and
 the ablation is about. Output, in ``--out`` (default ``runs/learning/<config>[-<ablation>]``): a
 table on the terminal, ``learning.json``, ``learning.png`` (success vs step and vs training
 seconds, with SE bands), the same in a W&B run of its own (the trials' runs are grouped with it),
-and each trial's run directory. A trial that finished is not run again: rerun the same command to
-finish an interrupted bench.
+and each trial's run directory. A trial that finished with the same config is not run again: rerun
+the same command to finish an interrupted bench (a trial left unfinished starts afresh).
 
 The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
 
@@ -46,7 +46,8 @@ from specs.config import RunConfig, load_run_config  # noqa: E402  (no ML import
 from specs.errors import SpecError  # noqa: E402
 
 DONE = "trial.json"
-"""Written into a trial's run directory once its run finished: the bench does not run it again."""
+"""Written into a trial's run directory once its run finished, with its config: the bench does not
+run it again while the config is the same (``finished``)."""
 
 
 @dataclass(frozen=True)
@@ -157,17 +158,30 @@ def plan(args: argparse.Namespace) -> Bench:
     return bench
 
 
+def finished(cfg: RunConfig) -> bool:
+    """Whether the trial of ``cfg`` finished with this very config."""
+    import json
+
+    from specs.config import to_dict
+
+    try:
+        with open(os.path.join(cfg.run_dir, DONE)) as f:
+            return bool(json.load(f).get("config") == to_dict(cfg))
+    except (OSError, ValueError):
+        return False
+
+
 def run_trials(bench: Bench, verbose: bool) -> list[str]:
     """Run each trial not yet done, one after another; the problems of those that failed."""
     import anyio
     import msgspec
 
     from launch.train import train
+    from specs.config import to_dict
 
     problems = []
     for i, (arm, seed, cfg) in enumerate(bench.trials, 1):
-        done = os.path.join(cfg.run_dir, DONE)
-        if os.path.exists(done):
+        if finished(cfg):
             print(
                 f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir})", flush=True
             )
@@ -180,8 +194,8 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
             problems.append(f"{arm.name} seed {seed}: {type(e).__name__}: {e}")
             print(f"trial failed: {problems[-1]}", file=sys.stderr, flush=True)
             continue
-        with open(done, "wb") as f:
-            f.write(msgspec.json.encode({"arm": arm.name, "seed": seed, "overrides": arm.overrides}))
+        with open(os.path.join(cfg.run_dir, DONE), "wb") as f:
+            f.write(msgspec.json.encode({"arm": arm.name, "seed": seed, "config": to_dict(cfg)}))
     return problems
 
 

@@ -261,11 +261,11 @@ def log_wandb(bench: Bench, result: Mapping[str, Any], png: str) -> None:
 def report(bench: Bench) -> str:
     """Read the trials that finished, print the tables, write ``learning.json`` and ``learning.png``
     (and to W&B); returns the bench's last line."""
-    from launch.bench.learning import DONE
+    from launch.bench.learning import finished
 
     trials = []
     for arm, seed, cfg in bench.trials:
-        if os.path.exists(os.path.join(cfg.run_dir, DONE)):
+        if finished(cfg):
             trials.append(read_run(cfg.run_dir, cfg.train.steps, arm.name, seed))
     result = analyse(bench, trials)
     os.makedirs(bench.out, exist_ok=True)
