@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -26,9 +27,22 @@ TASK_GROUP = re.compile(r"-eval-([a-z_]+)-\d+$")
 is ``heldout``; ``seen``; swe's ``kind`` / ``project`` (held-out mutation kinds and projects)."""
 
 
+ALL = "all"
+
+
 def task_group(task_id: str) -> str | None:
     match = TASK_GROUP.search(task_id)
     return match.group(1) if match else None
+
+
+def groups_of(tasks: Sequence[str]) -> dict[str, list[str]]:
+    """``all`` and each task group with at least one of ``tasks``."""
+    out: dict[str, list[str]] = {ALL: list(tasks)}
+    for task in tasks:
+        group = task_group(task)
+        if group is not None:
+            out.setdefault(group, []).append(task)
+    return out
 
 
 @dataclass
@@ -132,13 +146,8 @@ def closing_table(trial: Trial) -> str:
         lines.append(f"{phase:<12}" + "".join(cells))
     if "warmstart" in phases and "final" in phases:
         final, start = (trial.evals[p].per_task["success"] for p in ("final", "warmstart"))
-        groups: dict[str, list[str]] = {"all": tasks}
-        for task in tasks:
-            group = task_group(task)
-            if group is not None:
-                groups.setdefault(group, []).append(task)
         gains = []
-        for group, members in groups.items():
+        for group, members in groups_of(tasks).items():
             mean, se = mean_and_stderr(final[i] - start[i] for i in members)
             gains.append(f"{group} ({len(members)}) {mean:+.2f} ± {se:.2f}")
         lines.append("RL - warm start, success paired by task: " + ", ".join(gains))

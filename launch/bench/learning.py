@@ -118,7 +118,6 @@ class Bench:
     name: str
     out: str
     arms: tuple[Arm, ...]
-    seeds: tuple[int, ...]
     ablation: Ablation | None
     trials: list[tuple[Arm, int, RunConfig]] = field(default_factory=list)
 
@@ -131,7 +130,7 @@ def plan(args: argparse.Namespace) -> Bench:
     out = args.out or os.path.join("runs", "learning", name)
     arms = ablation.arms if ablation else (Arm("grpo"),)
     seeds = tuple(range(1 if args.quick else args.seeds))
-    bench = Bench(name, out, arms, seeds, ablation)
+    bench = Bench(name, out, arms, ablation)
     for seed in seeds:
         for arm in arms:
             overrides = [

@@ -14,13 +14,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from launch.run_results import Trial, read_run, task_group
+from launch.run_results import ALL, Trial, groups_of, read_run
 from policies.stats import mean_and_stderr, seeds_and_tasks_mean_and_stderr
 
 if TYPE_CHECKING:
     from launch.bench.learning import Bench
 
-ALL = "all"
 PHASES = ("base", "warmstart", "final")
 Table = dict[int, dict[str, float]]
 """seed -> task -> value."""
@@ -39,16 +38,6 @@ def table(trials: Sequence[Trial], key: str, metric: str, tasks: Sequence[str]) 
 def difference(a: Table, b: Table) -> Table:
     """``a − b`` cell by cell."""
     return {s: {i: a[s][i] - b[s][i] for i in a[s]} for s in a}
-
-
-def groups_of(tasks: Sequence[str]) -> dict[str, list[str]]:
-    """``all`` and each task group with at least one task."""
-    out: dict[str, list[str]] = {ALL: list(tasks)}
-    for task in tasks:
-        group = task_group(task)
-        if group is not None:
-            out.setdefault(group, []).append(task)
-    return out
 
 
 def by_group(values: Table, groups: Mapping[str, Sequence[str]]) -> dict[str, tuple[float, float]]:
