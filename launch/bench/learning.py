@@ -158,15 +158,18 @@ def plan(args: argparse.Namespace) -> Bench:
 
 
 def finished(cfg: RunConfig) -> bool:
-    """Whether the trial of ``cfg`` finished with this very config."""
+    """Whether the trial of ``cfg`` finished with this config (where it logs, ``wandb``, aside)."""
     import json
 
     from specs.config import to_dict
 
+    def trained_by(config: dict[str, object]) -> dict[str, object]:
+        return {k: v for k, v in config.items() if k != "wandb"}
+
     try:
         with open(os.path.join(cfg.run_dir, DONE)) as f:
-            return bool(json.load(f).get("config") == to_dict(cfg))
-    except (OSError, ValueError):
+            return bool(trained_by(json.load(f).get("config") or {}) == trained_by(to_dict(cfg)))
+    except (OSError, ValueError, AttributeError):
         return False
 
 
