@@ -14,6 +14,15 @@ arguments that fail the tool's input schema, an ``isError`` result, a JSON-RPC e
 server and a deadline all come back as a ``ToolResult`` with ``is_error`` and ``error_kind`` set and
 a message the model can read. ``close(env_id)`` ends the sessions and their processes.
 
+Server reuse: ``close(env_id, keep_servers=True)`` (the pipeline's, for an environment that is not
+broken) parks the sessions of the ``keep_alive`` stdio servers instead (``ServerLaunch.keep_alive``:
+the domain declares them free of per-episode state; the reset spares their processes). The next
+``open`` of the same environment (the pool handed it out again) takes a parked session over when
+its launch is the same and it answers a ping, and starts the others. Only on a backend whose
+reset spares those processes (``Provisioner.keeps_servers``: local and bwrap, not docker). A parked session is pinged
+every ``PARKED_CHECK_S`` and dropped once its process is gone (the pool destroyed the environment,
+or a docker reset restarted it), so nothing parked outlives its environment for long.
+
 Failure semantics (deadlines, dead servers, restarts): ``actors/mcp_calls.py``; session lifetime:
 ``actors/mcp_sessions.py``.
 
@@ -39,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypedDict, Unpack
 
@@ -55,6 +64,7 @@ from actors.mcp_sessions import (
     EnvState,
     ServerState,
     WireTool,
+    answers_ping,
     check_servers,
     pin_tools,
     serve_session,
@@ -85,6 +95,10 @@ class GatewayOptions(TypedDict, total=False):
 
 
 _DEFAULT_CAPS = ResultCaps()
+PARKED_CHECK_S = 10.0
+"""How often a parked session is pinged (its environment may have been destroyed meanwhile)."""
+PING_TIMEOUT_S = 5.0
+"""How long a parked session has to answer a ping before it counts as gone."""
 
 
 class McpGateway:
@@ -119,6 +133,8 @@ class McpGateway:
         )
         self.controls = tuple(dict.fromkeys([*DEFAULT_CONTROL_TOKENS, *control_tokens]))
         self._envs: dict[str, EnvState] = {}
+        self._parked: dict[str, dict[str, ServerState]] = {}  # env_id -> its kept servers by name
+        self._counts = {"servers_started": 0, "servers_kept": 0}
         self._closed_broken: set[str] = set()
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -168,15 +184,26 @@ class McpGateway:
         state.secrets = tuple(sorted({v for s in servers for v in s.secrets}, key=lambda v: (-len(v), v)))
         state.budget_left_s = budget_s
         self._envs[env.env_id] = state
+        parked = self._parked.pop(env.env_id, {})
         try:
             for server in servers:
                 launch = server if server.transport == "http" else state.provisioner.stdio_launch(env, server)
-                self._start(
-                    state,
-                    msgspec.structs.replace(
-                        launch, transport=server.transport, url=server.url, secrets=server.secrets
-                    ),
+                launch = msgspec.structs.replace(
+                    launch,
+                    transport=server.transport,
+                    url=server.url,
+                    secrets=server.secrets,
+                    keep_alive=server.keep_alive,
                 )
+                kept = parked.pop(launch.name, None)
+                if kept is not None and await self._take_over(kept, launch):
+                    state.servers[kept.name] = kept
+                    continue
+                if kept is not None:
+                    parked[kept.name] = kept  # stopped below, with the ones this episode lacks
+                self._start(state, launch)
+            await self._stop(parked.values())
+            parked.clear()
             # A backstop only: each session task bounds its own start with start_timeout_s.
             with anyio.fail_after(self.start_timeout_s + self.stop_timeout_s):
                 for srv in state.servers.values():
@@ -188,6 +215,7 @@ class McpGateway:
         except BaseException:
             state.broken = state.broken or "failed to open"
             with anyio.CancelScope(shield=True):
+                await self._stop(parked.values())
                 await self.close(env.env_id)
             raise
         inventory = list(state.tools.values())
@@ -272,8 +300,10 @@ class McpGateway:
         state = self._envs.get(env_id)
         return state.broken is not None if state else env_id in self._closed_broken
 
-    async def close(self, env_id: str) -> None:
-        """Close the environment's sessions and wait (bounded) until their processes are gone."""
+    async def close(self, env_id: str, keep_servers: bool = False) -> None:
+        """Close the environment's sessions and wait (bounded) until their processes are gone;
+        ``keep_servers``: park its ``keep_alive`` servers' sessions instead, for the environment's
+        next episode (not when it is broken)."""
         state = self._envs.pop(env_id, None)
         if state is None:
             return
@@ -281,20 +311,75 @@ class McpGateway:
             self._closed_broken.add(env_id)
         if state.endpoint is not None:
             state.endpoint.cancel()
-        for srv in state.servers.values():
-            srv.stop.set()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.stop_timeout_s) as scope:
-            for srv in state.servers.values():
-                await srv.done.wait()
-        if scope.cancelled_caught:
-            logger.warning("env %s: MCP servers still stopping after %ss", env_id, self.stop_timeout_s)
-        for srv in state.servers.values():
-            srv.stderr.close()
+        kept = {
+            name: srv
+            for name, srv in state.servers.items()
+            if keep_servers
+            and state.provisioner.keeps_servers
+            and not state.broken
+            and srv.launch.keep_alive
+            and srv.launch.transport == "stdio"
+            and srv.status == "up"
+        }
+        await self._stop(srv for name, srv in state.servers.items() if name not in kept)
+        if kept and self._tg is not None:
+            for srv in kept.values():
+                srv.parked = True
+            self._parked[env_id] = kept
+            self._tg.start_soon(self._watch_parked, env_id, kept, name=f"mcp-parked:{env_id}")
+        else:
+            await self._stop(kept.values())
 
     async def close_all(self) -> None:
-        """Close every open environment."""
+        """Close every open environment, and end every parked session."""
         for env_id in list(self._envs):
             await self.close(env_id)
+        while self._parked:
+            await self._stop(self._parked.popitem()[1].values())
+
+    def stats(self) -> dict[str, int]:
+        """Counts for metrics: ``servers_started`` (each process start, restarts included),
+        ``servers_kept`` (sessions taken over from a parked one) and ``parked`` (envs parked now)."""
+        return {**self._counts, "parked": len(self._parked)}
+
+    async def _take_over(self, srv: ServerState, launch: ServerLaunch) -> bool:
+        """Whether the parked session ``srv`` serves ``launch`` still (same launch, alive); if so
+        it is the episode's now."""
+        if srv.launch != launch or srv.status != "up" or not await answers_ping(srv, PING_TIMEOUT_S):
+            return False
+        srv.parked = False
+        self._counts["servers_kept"] += 1
+        return True
+
+    async def _watch_parked(self, env_id: str, servers: dict[str, ServerState]) -> None:
+        """Ping ``env_id``'s parked sessions until an ``open`` takes them, ending the ones whose
+        process is gone."""
+        while self._parked.get(env_id) is servers:
+            await anyio.sleep(PARKED_CHECK_S)
+            if self._parked.get(env_id) is not servers:
+                return
+            gone = [srv for srv in list(servers.values()) if not await answers_ping(srv, PING_TIMEOUT_S)]
+            if self._parked.get(env_id) is not servers:
+                return  # taken by an open meanwhile, which checks them itself
+            for srv in gone:
+                del servers[srv.name]
+            if not servers:
+                del self._parked[env_id]
+            await self._stop(gone)
+
+    async def _stop(self, servers: Iterable[ServerState]) -> None:
+        """Stop these sessions and wait (bounded) until their processes are gone."""
+        doomed = list(servers)
+        for srv in doomed:
+            srv.stop.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.stop_timeout_s) as scope:
+            for srv in doomed:
+                await srv.done.wait()
+        if scope.cancelled_caught:
+            still = sorted({f"{srv.name} of env {srv.env_id}" for srv in doomed if not srv.done.is_set()})
+            logger.warning("MCP servers %s still stopping after %ss", still, self.stop_timeout_s)
+        for srv in doomed:
+            srv.stderr.close()
 
     def _env(self, env_id: str) -> EnvState:
         state = self._envs.get(env_id)
@@ -307,6 +392,7 @@ class McpGateway:
     def _start(self, state: EnvState, launch: ServerLaunch) -> ServerState:
         srv = ServerState(state.info.env_id, launch)
         state.servers[srv.name] = srv
+        self._counts["servers_started"] += 1
         assert self._tg is not None
         self._tg.start_soon(
             serve_session, srv, self.start_timeout_s, name=f"mcp:{state.info.env_id}:{srv.name}"

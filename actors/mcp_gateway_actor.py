@@ -87,8 +87,11 @@ class McpGatewayActor:
     async def is_broken(self, env_id: str) -> bool:
         return await (await self._get()).is_broken(env_id)
 
-    async def close(self, env_id: str) -> None:
-        await (await self._get()).close(env_id)
+    async def close(self, env_id: str, keep_servers: bool = False) -> None:
+        await (await self._get()).close(env_id, keep_servers)
+
+    async def stats(self) -> dict[str, int]:
+        return (await self._get()).stats()
 
     async def shutdown(self) -> None:
         gateway = self._gateway

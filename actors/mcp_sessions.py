@@ -52,6 +52,8 @@ class ServerState:
         self.failure: BaseException | None = None
         self.status: ServerStatus = "starting"
         self.stderr: IO[bytes] = tempfile.TemporaryFile()
+        self.parked = False
+        """Kept between the episodes of a reused environment (``keep_alive``), in no episode now."""
 
     def stderr_tail(self) -> str:
         try:
@@ -118,7 +120,7 @@ async def serve_session(srv: ServerState, start_timeout_s: float) -> None:
             await srv.stop.wait()
     except Exception as e:
         srv.failure = e
-        if srv.status == "up":
+        if srv.status == "up" and not srv.parked:  # a parked one ends with its destroyed env
             logger.warning(
                 "MCP server %r of env %s ended: %s",
                 srv.name,

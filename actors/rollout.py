@@ -248,7 +248,8 @@ class RolloutPipeline:
         self, env: EnvInfo, task: TaskSpec, broken: bool, trajectory: Trajectory | None
     ) -> None:
         """Run the per-call cleanups the episode owes that are server tools (while the sessions are
-        open), close the env's MCP sessions, then hand it back to the pool (the cleanups that are
+        open), close the env's MCP sessions (parking its ``keep_alive`` servers' when it is not
+        broken: the gateway's server reuse), then hand it back to the pool (the cleanups that are
         hooks, reset or destroy). Shielded from cancellation but bounded; a failure here is logged
         and counted, never raised into the step: the env is then treated as broken, or left to the
         pool's shutdown and reaper."""
@@ -264,7 +265,7 @@ class RolloutPipeline:
                 logger.exception("per-call cleanups of %s in env %s failed", task.instance_id, env.env_id)
                 broken = True
             try:
-                await self._gateway.close(env.env_id)
+                await self._gateway.close(env.env_id, keep_servers=not broken)
             except Exception:
                 logger.exception("closing the MCP sessions of env %s failed", env.env_id)
                 broken = True

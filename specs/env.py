@@ -34,6 +34,10 @@ class ServerLaunch(msgspec.Struct, frozen=True, kw_only=True):
     secrets: tuple[str, ...] = ()
     """Every value filled from a ``{{VAR}}`` template into ``env``, ``headers`` or the URL: the
     gateway redacts them from observations and logs (command-line values are public anyway)."""
+    keep_alive: bool = False
+    """A ``stdio`` server that holds no per-episode state: a reused environment keeps its process
+    and MCP session across episodes (the reset spares it and whatever it started; the destroy
+    ends it), instead of starting it again for each episode. The registry's ``keep_alive``."""
 
     def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
         where = (

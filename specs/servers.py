@@ -9,7 +9,9 @@ A file maps each server name to an entry (MCP-Universe ``mcpuniverse/mcp/config.
 
 ``stdio`` and ``sse`` are commands (``sse`` starts the server as an SSE listener on ``{{PORT}}``);
 ``http_url``/``headers`` name an already running streamable-HTTP server. ``launch`` picks one
-transport per server (stdio first) and fills its templates.
+transport per server (stdio first) and fills its templates. ``"keep_alive": true`` (ours, not
+MCP-Universe's) declares a stdio server free of per-episode state, so that a reused environment
+keeps it running across episodes (``ServerLaunch.keep_alive``).
 
 Templates ``{{VAR}}`` (also ``{{ VAR }}``, as MCP-Universe renders them with Jinja) are filled from
 the process environment at launch time, never at load time: a registry holds templates only, and
@@ -58,6 +60,9 @@ class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
     """HTTP headers for ``http_url``; values may hold templates (tokens)."""
     env: dict[str, str] = msgspec.field(default_factory=dict)
     """Environment variables for the server process; values may hold templates (secrets)."""
+    keep_alive: bool = False
+    """The stdio server holds no per-episode state: keep it across the episodes of a reused
+    environment (``ServerLaunch.keep_alive``)."""
 
     def variables(self) -> list[str]:
         """Names of every template variable the entry uses, sorted."""
@@ -70,7 +75,7 @@ class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
         return sorted({m.group(1) for t in texts for m in TEMPLATE.finditer(t)})
 
 
-_ENTRY_FIELDS = ("stdio", "sse", "http_url", "headers", "env")
+_ENTRY_FIELDS = ("stdio", "sse", "http_url", "headers", "env", "keep_alive")
 
 
 class ServerRegistry:
@@ -141,6 +146,7 @@ class ServerRegistry:
             transport=transport,
             url=url,
             secrets=fill.secrets(),
+            keep_alive=entry.keep_alive and transport == "stdio",
         )
 
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import msgspec
 import psutil
 import pytest
 from anyio.abc import SocketAttribute
 
+from actors import mcp_gateway
 from actors.env_pool import EnvPool
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import Provisioner
@@ -275,6 +277,47 @@ async def test_a_killed_server_or_env_fails_that_trajectory_only_and_its_env_is_
             stats = pool.stats()
             assert (stats["broken"], stats["destroyed"], stats["idle"]) == (2, 2, 1)
             assert [e.env_id for e in await provisioner.list_owned(pool.run_id)] == [survivor.env_id]
+    finally:
+        await pool.shutdown()
+
+
+async def test_a_keep_alive_server_outlives_the_reset_of_its_reused_env_and_dies_with_the_env(
+    backend: str, provisioner: Provisioner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Server reuse: the reset spares a ``keep_alive`` server (not on docker, which restarts its
+    container) and the gateway takes its parked session over; the files and every other process
+    go; the pool's destroy ends the server, and the gateway drops its parked session."""
+    monkeypatch.setattr(mcp_gateway, "PARKED_CHECK_S", 0.2)
+    edge = msgspec.structs.replace(edge_server(), keep_alive=True)
+    config, task = EnvConfig(servers=(edge,)), TaskSpec(instance_id="t", instruction="x")
+    pool = EnvPool(provisioner, run_id(), max_live=1)
+    try:
+        with anyio.fail_after(90):
+            async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
+                env = await pool.acquire(config, task)
+                await gateway.open(env, [edge])
+                first = [p.pid for p in edge_processes(env.env_id)]
+                await EnvHandle(env, provisioner).write_file("answer.txt", "episode 1")
+                async with background(provisioner, env, sleeper(3141)):
+                    await gateway.close(env.env_id, keep_servers=True)
+                    await pool.release(env, task)
+                    assert not sleeping(marked(env.env_id), 3141)  # the episode's other processes went
+                again = await pool.acquire(config, task)
+                assert again.env_id == env.env_id
+                await gateway.open(again, [edge])
+                echoed = await gateway.call(env.env_id, "edge__echo", {"text": "episode 2"}, 10)
+                assert (echoed.is_error, echoed.text) == (False, "episode 2")
+                assert (await EnvHandle(again, provisioner).run(["ls", "-A", again.workdir])).stdout == ""
+                kept = gateway.stats()["servers_kept"]
+                if backend == "docker":
+                    assert kept == 0  # a reset restarts the container: nothing was parked
+                else:
+                    assert kept == 1 and [p.pid for p in edge_processes(env.env_id)] == first
+                await gateway.close(env.env_id, keep_servers=True)
+                assert gateway.stats()["parked"] == (backend != "docker")
+                await pool.shutdown()  # destroys the environment under the parked session
+                assert await gone(env.env_id)
+                assert await until(lambda: gateway.stats()["parked"] == 0, 10)
     finally:
         await pool.shutdown()
 

@@ -14,7 +14,9 @@ from launch.bench import env_pool
 from launch.bench.env_pool import BackendResult, envs_per_gib, percentile, ratios, summary_line
 from tests.backends import REPO
 
-SUMMARY_KEYS = {"create_p50_ms", "acquire_p50_ms", "reset_p50_ms", "destroy_p50_ms", "envs_per_gib"}
+SUMMARY_KEYS = {"create_p50_ms", "acquire_p50_ms", "reset_p50_ms", "destroy_p50_ms", "envs_per_gib"} | {
+    "start_fresh_p50_ms", "start_kept_p50_ms", "start_speedup", "cpu_fresh_ms", "cpu_kept_ms"
+}  # fmt: skip
 
 
 def test_percentile_interpolates_between_ranks_like_numpy() -> None:
@@ -33,10 +35,15 @@ def test_envs_per_gib_and_the_summary_lines() -> None:
     assert envs_per_gib(64) == 16 and math.isnan(envs_per_gib(0))
     local = BackendResult("local", pss_mib=32.0)
     local.ms = {op: [1.0, 2.0, 3.0] for op in env_pool.OPERATIONS}
+    local.start_ms, local.cpu_ms = (
+        {"fresh": [700.0, 800.0], "kept": [5.0, 800.0, 3.0]},
+        {"fresh": 900, "kept": 60},
+    )
     line = summary_line(local)
     assert line == (
         "env_pool: backend=local create_p50_ms=2.00 acquire_p50_ms=2.00 reset_p50_ms=2.00 "
-        "destroy_p50_ms=2.00 envs_per_gib=32.00"
+        "destroy_p50_ms=2.00 envs_per_gib=32.00 start_fresh_p50_ms=750.00 start_kept_p50_ms=5.00 "
+        "start_speedup=150.0 cpu_fresh_ms=900.0 cpu_kept_ms=60.0"
     )
     assert summary_line(BackendResult("docker", skipped="no engine")) == (
         "env_pool: backend=docker skipped: no engine"
@@ -64,6 +71,7 @@ def test_the_quick_local_run_prints_its_summary_and_leaves_no_env(
     (result,) = env_pool.main(["--quick", "--backends", "local"])
     out = capsys.readouterr().out
     assert result.skipped is None and all(len(result.ms[op]) == 3 for op in env_pool.OPERATIONS)
+    assert all(len(result.start_ms[arm]) == 3 for arm in env_pool.REUSE_ARMS)  # the bench checked: 2 kept
     (line,) = [line for line in out.splitlines() if line.startswith("env_pool: backend=local ")]
     figures = {key: float(value) for key, value in re.findall(r"(\w+)=([-\d.eE+]+)", line)}
     assert set(figures) == SUMMARY_KEYS

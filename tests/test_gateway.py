@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import psutil
 import pytest
 
@@ -318,6 +319,60 @@ async def test_closing_an_env_terminates_its_server_processes(tmp_path: Path) ->
             assert not alive(pid)
             with pytest.raises(GatewayError, match="not open"):
                 await gateway.call(env.env_id, "edge__pid", {}, 10)
+
+
+KEPT_EDGE = msgspec.structs.replace(EDGE, keep_alive=True)
+
+
+async def edge_pid(gateway: McpGateway, env: EnvInfo) -> int:
+    return int((await gateway.call(env.env_id, "edge__pid", {}, 10)).text)
+
+
+@pytest.mark.anyio
+async def test_a_parked_keep_alive_session_serves_the_envs_next_episode_and_only_that(
+    tmp_path: Path,
+) -> None:
+    """``close(keep_servers=True)`` parks only ``keep_alive`` servers of an env that is not broken;
+    the next open takes a parked session over only for the same launch."""
+    other = msgspec.structs.replace(EDGE, name="other")
+    with anyio.fail_after(60):
+        async with opened(tmp_path, KEPT_EDGE, other) as (gateway, env, _):
+            kept = await edge_pid(gateway, env)
+            plain = int((await gateway.call(env.env_id, "other__pid", {}, 10)).text)
+            await gateway.close(env.env_id, keep_servers=True)
+            assert alive(kept) and not alive(plain)  # only the keep_alive server is parked
+            await gateway.open(env, [KEPT_EDGE])
+            assert await edge_pid(gateway, env) == kept
+            assert gateway.stats() == {"servers_started": 2, "servers_kept": 1, "parked": 0}
+            await gateway.close(env.env_id, keep_servers=True)
+            changed = msgspec.structs.replace(KEPT_EDGE, env={"EDGE_FLAVOUR": "new"})
+            await gateway.open(env, [changed])  # another launch: a fresh server, the old one ended
+            fresh = await edge_pid(gateway, env)
+            assert fresh != kept and not alive(kept)
+            await gateway.close(env.env_id)  # no keep_servers: the process ends
+            assert not alive(fresh) and gateway.stats()["parked"] == 0
+
+
+@pytest.mark.anyio
+async def test_a_broken_env_parks_nothing_and_a_dead_parked_server_is_started_again(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with opened(tmp_path, KEPT_EDGE) as (gateway, env, _):
+            first = await edge_pid(gateway, env)
+            await gateway.close(env.env_id, keep_servers=True)
+            psutil.Process(first).kill()  # the parked server dies (the env was reset by a backend
+            await gateway.open(env, [KEPT_EDGE])  # that does not spare it, or it crashed)
+            second = await edge_pid(gateway, env)
+            assert second != first and gateway.stats()["servers_kept"] == 0
+            crashed = await gateway.call(env.env_id, "edge__crash", {}, 10)
+            assert crashed.error_kind == "server_died" and await gateway.is_broken(env.env_id)
+            await gateway.close(env.env_id, keep_servers=True)
+            assert gateway.stats()["parked"] == 0
+            await gateway.open(env, [KEPT_EDGE])
+            third = await edge_pid(gateway, env)
+            await gateway.close(env.env_id, keep_servers=True)
+        assert not alive(third)  # leaving the gateway ends the parked sessions too
 
 
 def run_probe(*args: str) -> subprocess.CompletedProcess[str]:

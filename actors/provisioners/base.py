@@ -19,11 +19,16 @@ class Provisioner(Protocol):
     """A runtime backend for environments. All methods are async and safe to call concurrently."""
 
     name: str
+    keeps_servers: bool
+    """Whether ``reset`` spares the processes of ``keep_alive`` servers (so the gateway parks their
+    sessions for the environment's next episode)."""
 
     async def create(self, config: EnvConfig, run_id: str) -> EnvInfo: ...
 
     async def reset(self, env: EnvInfo) -> None:
-        """Return the environment to its created state: no file, process or state left."""
+        """Return the environment to its created state: no file, process or state left, but the
+        processes of ``keep_alive`` servers (``ServerLaunch.keep_alive``) where the backend spares
+        them (``keeps_servers``: local, bwrap; docker restarts its container)."""
 
     async def health_check(self, env: EnvInfo) -> bool: ...
 

@@ -27,7 +27,8 @@ enforced here; a warning says so). Images (``image``, ``dockerfile_path``) need 
 Processes are marked as on the local backend (``MCPRL_ENV_ID`` in their environment; children
 inherit it), so ``reset``/``destroy`` find them; killing a sandbox's outer ``bwrap`` takes its whole
 pid namespace down (``--die-with-parent`` kills the namespace's init, and the kernel kills every
-process of a namespace whose init dies). ``--die-with-parent`` also ends a sandbox when the
+process of a namespace whose init dies). A ``keep_alive`` server's sandbox also carries
+``MCPRL_KEEP_ALIVE``: ``reset`` spares it, whole, and empties the bound directories in place. ``--die-with-parent`` also ends a sandbox when the
 process that started it dies, so a crashed gateway leaves none behind, with one gap seen here: an
 owner that dies within milliseconds of the spawn (before bwrap armed the signal in its child) can
 orphan the sandbox; it still carries the marker, so the reaper's ``destroy`` kills it. The signal
@@ -66,8 +67,10 @@ from actors.provisioners.local import (
     LocalProvisioner,
     checked_dir,
     dir_healthy,
+    keep_marker,
     kill_all,
     killpg,
+    marked_processes,
     run_with_deadline,
 )
 from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
@@ -140,7 +143,8 @@ class BwrapProvisioner(LocalProvisioner):
         return {"ro_binds": list(self.ro_binds), "tmp_size_mb": self.tmp_size_mb}
 
     async def reset(self, env: EnvInfo) -> None:
-        await anyio.to_thread.run_sync(kill_env_processes, env.env_id)
+        """Kill every sandbox of the environment but its ``keep_alive`` servers'; empty its directories."""
+        await anyio.to_thread.run_sync(kill_env_processes, env.env_id, True)
         await super().reset(env)
 
     async def health_check(self, env: EnvInfo) -> bool:
@@ -187,12 +191,13 @@ class BwrapProvisioner(LocalProvisioner):
         """``bwrap <sandbox> -- <server command>``; the server's variables travel in the launch's
         environment (never on the command line), with the env marker added."""
         cwd = str(Path(env.workdir) / server.cwd) if server.cwd else env.workdir
-        args = sandbox_args(env, server.command, cwd, server.env)
+        server_env = dict(server.env) | keep_marker(server)
+        args = sandbox_args(env, server.command, cwd, server_env)
         return ServerLaunch(
             name=server.name,
             command=bwrap_path(),
             args=(*args, "--", server.command, *server.args),
-            env=dict(server.env) | {ENV_MARKER: env.env_id},
+            env=server_env | {ENV_MARKER: env.env_id},
             cwd=env.workdir,
         )
 
@@ -329,25 +334,11 @@ def outermost(paths: Sequence[Path]) -> list[Path]:
     return kept
 
 
-def _marked_and_descendants(env_id: str) -> list[psutil.Process]:
-    me = os.getpid()
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
-        try:
-            if proc.environ().get(ENV_MARKER) == env_id:
-                # A sandboxed process may clear its environment; as a descendant of a marked
-                # bwrap it is found anyway.
-                found.update({p.pid: p for p in [proc, *proc.children(recursive=True)]})
-        except (psutil.Error, OSError):
-            continue  # gone, a zombie, or not ours to read
-    return list(found.values())
-
-
-def kill_env_processes(env_id: str) -> int:
-    """SIGKILL every sandbox of the environment and all it contains; wait (bounded) until gone."""
-    victims = _marked_and_descendants(env_id)
+def kill_env_processes(env_id: str, spare_kept: bool = False) -> int:
+    """SIGKILL every sandbox of the environment and all it contains (``spare_kept``: but the
+    ``keep_alive`` servers' sandboxes); wait (bounded) until gone. A sandboxed process may clear
+    its environment: as a descendant of a marked bwrap it is found anyway."""
+    victims = marked_processes(env_id, spare_kept, descendants=True)
     kill_all(victims)
     return len(victims)
 

@@ -79,6 +79,7 @@ class DockerProvisioner:
     """Environments as confined containers on a Docker-API engine (Docker or Podman)."""
 
     name = "docker"
+    keeps_servers = False  # a reset restarts the container: no process survives it
 
     def __init__(
         self,
@@ -142,7 +143,9 @@ class DockerProvisioner:
         return info
 
     async def reset(self, env: EnvInfo) -> None:
-        """Restart: every process of the container dies, ``/workspace`` and ``/tmp`` come back empty."""
+        """Restart: every process of the container dies, ``/workspace`` and ``/tmp`` come back empty.
+        ``keep_alive`` servers die too (a restart spares nothing): ``keeps_servers`` is False, so the
+        gateway parks none of their sessions."""
 
         def restart() -> None:
             container = engine_client(env_url(env)).containers.get(env.data["container"])

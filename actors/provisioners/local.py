@@ -14,7 +14,10 @@ from reading or writing elsewhere. Use ``bwrap`` or ``docker`` for anything but 
 Every process started here carries ``MCPRL_ENV_ID=<env_id>`` in its environment (children inherit
 it); ``reset`` and ``destroy`` kill every process that carries the marker, which also catches
 background processes a hook left behind and server processes the gateway did not close. A marker
-rather than recorded pids: pids get reused, an environment variable does not migrate.
+rather than recorded pids: pids get reused, an environment variable does not migrate. A server
+declared ``keep_alive`` also carries ``MCPRL_KEEP_ALIVE=1``: ``reset`` spares it and its
+descendants (the gateway keeps its session for the next episode), ``destroy`` kills it too. The
+reset empties ``work``/``home``/``tmp`` in place, so a kept server's working directory stays valid.
 
 All paths are derived from the ``EnvInfo`` itself, so a default ``LocalProvisioner()`` (as
 ``make_provisioner("local")`` builds in another process) can act on an environment created under
@@ -49,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 ENV_MARKER = "MCPRL_ENV_ID"
 """Environment variable that tags every process started inside an environment."""
+KEEP_MARKER = "MCPRL_KEEP_ALIVE"
+"""Tags a ``keep_alive`` server's process: a reset spares it (and its descendants)."""
 _SUBDIRS = ("work", "home", "tmp")
 TIMEOUT_RETURNCODE = 124  # what coreutils' timeout(1) returns, so callers can tell a deadline
 KILL_REAP_S = 5.0  # after SIGKILL the kernel needs only a moment; bound it anyway
@@ -62,6 +67,7 @@ class LocalProvisioner:
     """Environments as host temp dirs; subprocesses with no isolation (development only)."""
 
     name = "local"
+    keeps_servers = True
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
@@ -93,16 +99,11 @@ class LocalProvisioner:
         return {}
 
     async def reset(self, env: EnvInfo) -> None:
+        """Kill the environment's processes but its ``keep_alive`` servers; empty its directories."""
         env_dir = await anyio.to_thread.run_sync(checked_dir, env)
-        await anyio.to_thread.run_sync(kill_marked_processes, env.env_id)
-
-        def wipe() -> None:
-            for sub in _SUBDIRS:
-                shutil.rmtree(env_dir / sub, ignore_errors=True)
-                (env_dir / sub).mkdir()
-
+        await anyio.to_thread.run_sync(kill_marked_processes, env.env_id, True)
         try:
-            await anyio.to_thread.run_sync(wipe)
+            await anyio.to_thread.run_sync(empty_dirs, env_dir)
         except OSError as e:
             raise EnvError(f"local env {env.env_id}: reset of {env_dir} failed: {e}") from e
 
@@ -138,9 +139,27 @@ class LocalProvisioner:
             name=server.name,
             command=server.command,
             args=server.args,
-            env=_process_environ(env, dict(server.env)),
+            env=_process_environ(env, dict(server.env) | keep_marker(server)),
             cwd=str(cwd),
         )
+
+
+def keep_marker(server: ServerLaunch) -> dict[str, str]:
+    """The variable that makes a reset spare a ``keep_alive`` server (none for other servers)."""
+    return {KEEP_MARKER: "1"} if server.keep_alive else {}
+
+
+def empty_dirs(env_dir: Path) -> None:
+    """Empty ``work``, ``home`` and ``tmp`` in place (the directories themselves stay: a kept
+    server's working directory, or a sandbox's bind mount of it, must stay the same one)."""
+    for sub in _SUBDIRS:
+        path = env_dir / sub
+        path.mkdir(exist_ok=True)
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
 
 def _process_environ(env: EnvInfo, base: dict[str, str]) -> dict[str, str]:
@@ -226,20 +245,36 @@ def killpg(pgid: int) -> None:
         pass
 
 
-def kill_marked_processes(env_id: str) -> int:
-    """SIGKILL every process whose environment carries ``MCPRL_ENV_ID=env_id``; returns how many."""
+def kill_marked_processes(env_id: str, spare_kept: bool = False) -> int:
+    """SIGKILL every process whose environment carries ``MCPRL_ENV_ID=env_id``; returns how many.
+    ``spare_kept``: not the ``keep_alive`` servers (``MCPRL_KEEP_ALIVE``) and their descendants."""
+    marked = marked_processes(env_id, spare_kept)
+    kill_all(marked)
+    return len(marked)
+
+
+def marked_processes(
+    env_id: str, spare_kept: bool = False, descendants: bool = False
+) -> list[psutil.Process]:
+    """The processes that carry ``MCPRL_ENV_ID=env_id`` (``descendants``: and every descendant of
+    one, marked or not); ``spare_kept``: less the ``keep_alive`` servers and their descendants."""
     me = os.getpid()
-    victims: list[psutil.Process] = []
+    found: dict[int, psutil.Process] = {}
+    kept: set[int] = set()
     for proc in psutil.process_iter():
         if proc.pid == me:
             continue
         try:
-            if proc.environ().get(ENV_MARKER) == env_id:
-                victims.append(proc)
+            environ = proc.environ()
+            if environ.get(ENV_MARKER) != env_id:
+                continue
+            tree = [proc, *proc.children(recursive=True)] if descendants or spare_kept else [proc]
+            found.update({p.pid: p for p in (tree if descendants else [proc])})
+            if spare_kept and environ.get(KEEP_MARKER):
+                kept.update(p.pid for p in tree)
         except (psutil.Error, OSError):
             continue  # gone, a zombie, or not ours to read
-    kill_all(victims)
-    return len(victims)
+    return [p for pid, p in found.items() if pid not in kept]
 
 
 async def run_with_deadline(

@@ -21,9 +21,21 @@ and one per exec) and a container's init (docker: ``sleep infinity``). ``MiB/env
 API reports it, is shown too (``cgroup``; it includes page cache charged to the container). The
 gateway's client-side state in this process is not counted.
 
+Then server reuse, side by side: ``--samples`` episode starts on one reused environment, each
+``EnvPool.acquire`` + ``McpGateway.open`` (what the rollout's acquire stage does) followed by one
+call, ``close`` and ``release``, as the pipeline runs them. ``fresh``: the server is started again
+for each episode (``close(keep_servers=False)``); ``kept``: the calculator as a ``keep_alive``
+server, parked by ``close(keep_servers=True)`` and taken over by the next ``open`` (the first start
+is a fresh one). ``start`` is the p50 of acquire + open; ``cpu`` the CPU time per episode of this
+process and its descendants, the servers included: on ``local`` only, where each server is a
+child that is waited for (a killed sandbox's processes are never waited for, so their time is
+lost to the count, and a container's are not descendants at all; ``nan`` there). docker's reset restarts the container, so nothing is kept
+there (``Provisioner.keeps_servers``).
+
 Prints an aligned table, the ratios of each backend's p50s and memory to ``local``'s, and one line
 per backend: ``env_pool: backend=B create_p50_ms=.. acquire_p50_ms=.. reset_p50_ms=..
-destroy_p50_ms=.. envs_per_gib=..`` (``env_pool: backend=B skipped: <why>`` when its runtime is
+destroy_p50_ms=.. envs_per_gib=.. start_fresh_p50_ms=.. start_kept_p50_ms=.. start_speedup=..
+cpu_fresh_ms=.. cpu_kept_ms=..`` (``env_pool: backend=B skipped: <why>`` when its runtime is
 missing). ``--quick`` (3 samples, 2 live) is what the test suite runs. Every environment is created
 under one fresh run id and destroyed on the way out, also on an error or Ctrl-C.
 """
@@ -41,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import msgspec
 import psutil
 
 from actors.env_pool import EnvPool
@@ -54,6 +67,7 @@ from specs.task import TaskSpec
 
 BACKENDS = ("local", "bwrap", "docker")
 OPERATIONS = ("create", "acquire", "reset", "destroy")
+REUSE_ARMS = ("fresh", "kept")
 CALCULATOR_REGISTRY = "specs/domains/calculator/servers.json"
 CLEANUP_TIMEOUT_S = 120.0
 
@@ -66,6 +80,8 @@ class BackendResult:
     pss_mib: float = math.nan  # per environment
     uss_mib: float = math.nan
     cgroup_mib: float | None = None
+    start_ms: dict[str, list[float]] = field(default_factory=lambda: {arm: [] for arm in REUSE_ARMS})
+    cpu_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(REUSE_ARMS, math.nan))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -89,7 +105,14 @@ def summary_line(result: BackendResult) -> str:
     if result.skipped is not None:
         return f"env_pool: backend={result.backend} skipped: {result.skipped}"
     p50s = " ".join(f"{op}_p50_ms={percentile(result.ms[op], 50):.2f}" for op in OPERATIONS)
-    return f"env_pool: backend={result.backend} {p50s} envs_per_gib={envs_per_gib(result.pss_mib):.2f}"
+    fresh, kept = (percentile(result.start_ms[arm], 50) for arm in REUSE_ARMS)
+    reuse = (
+        f"start_fresh_p50_ms={fresh:.2f} start_kept_p50_ms={kept:.2f} start_speedup={fresh / kept:.1f} "
+        f"cpu_fresh_ms={result.cpu_ms['fresh']:.1f} cpu_kept_ms={result.cpu_ms['kept']:.1f}"
+    )
+    return (
+        f"env_pool: backend={result.backend} {p50s} envs_per_gib={envs_per_gib(result.pss_mib):.2f} {reuse}"
+    )
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -127,6 +150,56 @@ async def warm_acquires(
     finally:
         with anyio.CancelScope(shield=True):
             await pool.shutdown()
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process, its reaped children and its live descendants."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:4])  # user, system, children_user, children_system
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            continue  # gone meanwhile: its parent reaps it, and counts it, later
+    return total
+
+
+async def episode_starts(
+    provisioner: Provisioner, server: ServerLaunch, run_id: str, samples: int, keep_servers: bool
+) -> tuple[list[float], float]:
+    """``samples`` episodes on one reused environment, as the pipeline runs them: the milliseconds
+    of each acquire + open, and the CPU milliseconds per episode (see the module docstring)."""
+    kept = msgspec.structs.replace(server, keep_alive=True)
+    config, task = EnvConfig(servers=(kept,)), TaskSpec(instance_id="bench-env-pool", instruction="benchmark")
+    pool = EnvPool(provisioner, run_id, max_live=1)
+    starts: list[float] = []
+    try:
+        async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
+            if await pool.prewarm(config, 1) != 1:
+                raise EnvError(f"{provisioner.name}: prewarm created no environment")
+            cpu_before = cpu_seconds()
+            for _ in range(samples):
+                started = time.perf_counter()
+                env = await pool.acquire(config, task)
+                await gateway.open(env, [kept])
+                starts.append((time.perf_counter() - started) * 1000)
+                answer = await gateway.call(env.env_id, "calculator__calculate", {"expression": "6*7"}, 30)
+                if answer.text != "42":
+                    raise EnvError(
+                        f"{provisioner.name} env {env.env_id}: calculator answered {answer.text!r}"
+                    )
+                await gateway.close(env.env_id, keep_servers=keep_servers)
+                await pool.release(env, task)
+            cpu_ms = (
+                (cpu_seconds() - cpu_before) * 1000 / samples if provisioner.name == "local" else math.nan
+            )
+            reused = gateway.stats()["servers_kept"]
+            if keep_servers and provisioner.keeps_servers and reused != samples - 1:
+                raise EnvError(f"{provisioner.name}: {reused} of {samples - 1} servers were kept")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await pool.shutdown()
+    return starts, cpu_ms
 
 
 def env_processes(env: EnvInfo) -> list[psutil.Process]:
@@ -233,6 +306,10 @@ async def bench_backend(backend: str, server: ServerLaunch, args: argparse.Names
         for _ in range(args.samples):
             await lifecycle(provisioner, config, args.run_id, result)
         await warm_acquires(provisioner, config, args.run_id, args.samples, result)
+        for arm in REUSE_ARMS:
+            result.start_ms[arm], result.cpu_ms[arm] = await episode_starts(
+                provisioner, server, args.run_id, args.samples, keep_servers=arm == "kept"
+            )
         result.pss_mib, result.uss_mib, result.cgroup_mib = await density(
             provisioner, config, server, args.run_id, args.live
         )
@@ -256,6 +333,24 @@ def table(results: Sequence[BackendResult], live: int) -> str:
         cells += [f"{r.pss_mib:8.1f}", f"{r.uss_mib:8.1f}", cgroup, f"{envs_per_gib(r.pss_mib):8.1f}"]
         lines.append(f"{r.backend:8} " + " ".join(cells))
     lines.append(f"(milliseconds; memory: PSS/USS MiB per env over {live} live calculator envs)")
+    lines.append("")
+    lines.append(
+        f"{'backend':8} {'episode start p50/p95: fresh':>30} {'kept':>17} {'speedup':>8} {'CPU ms/episode: fresh':>22} {'kept':>8}"
+    )
+    for r in results:
+        if r.skipped is not None:
+            continue
+        fresh, kept = (r.start_ms[arm] for arm in REUSE_ARMS)
+        cells = [
+            f"{percentile(fresh, 50):21.1f}/{percentile(fresh, 95):8.1f}",
+            f"{percentile(kept, 50):8.1f}/{percentile(kept, 95):8.1f}",
+            f"{percentile(fresh, 50) / percentile(kept, 50):8.1f}",
+            f"{r.cpu_ms['fresh']:22.1f}",
+            f"{r.cpu_ms['kept']:8.1f}",
+        ]
+        lines.append(f"{r.backend:8} " + " ".join(cells))
+    lines.append("(an episode start: EnvPool.acquire + McpGateway.open of the calculator; fresh: the server")
+    lines.append(" started again per episode; kept: keep_alive, its session parked between episodes)")
     return "\n".join(lines)
 
 

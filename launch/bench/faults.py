@@ -74,9 +74,9 @@ class FaultyGateway:
     async def is_broken(self, env_id: str) -> bool:
         return await self._gateway.is_broken(env_id)
 
-    async def close(self, env_id: str) -> None:
+    async def close(self, env_id: str, keep_servers: bool = False) -> None:
         self._planned.pop(env_id, None)
-        await self._gateway.close(env_id)
+        await self._gateway.close(env_id, keep_servers)
 
     async def _inject(self, kind: str, env: EnvInfo) -> None:
         self.injected[kind] += 1
