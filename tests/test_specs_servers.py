@@ -103,6 +103,20 @@ def test_an_sse_only_server_leaves_its_port_to_the_gateway_and_it_is_not_a_secre
     assert launch.url == "http://127.0.0.1:{{PORT}}/sse" and launch.secrets == ()
 
 
+def test_keep_alive_marks_a_stdio_server_only_and_must_be_a_boolean(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    stdio, sse = {"command": "python3", "args": ["-m", "srv"]}, {"command": "srv", "args": ["{{PORT}}"]}
+    path.write_text(
+        json.dumps({"a": {"stdio": stdio, "keep_alive": True}, "b": {"sse": sse, "keep_alive": True}})
+    )
+    registry = load_server_registry(path)
+    assert registry.launch("a", environ={}).keep_alive  # the reset spares it, the gateway parks it
+    assert not registry.launch("b", environ={}).keep_alive  # an sse listener is the gateway's own process
+    path.write_text(json.dumps({"a": {"stdio": stdio, "keep_alive": "yes"}}))
+    with pytest.raises(SpecError, match=r"server 'a'.keep_alive.*bool"):
+        load_server_registry(path)
+
+
 def test_malformed_entries_are_all_reported(tmp_path: Path) -> None:
     path = tmp_path / "servers.json"
     path.write_text(
@@ -119,5 +133,5 @@ def test_malformed_entries_are_all_reported(tmp_path: Path) -> None:
         load_server_registry(path)
     wheres = [p.where for p in info.value.problems]
     assert wheres == ["server 'a'.transport", "server 'b'.stdio", "server 'c'"]
-    assert "accepted fields: stdio, sse, http_url, headers, env" in info.value.problems[0].message
+    assert "accepted fields: stdio, sse, http_url, headers, env, keep_alive" in info.value.problems[0].message
     assert "missing required field `command`" in info.value.problems[1].message
