@@ -57,7 +57,9 @@ class WeightUpdateError(GeneratorError):
 
 
 class GeneratorStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters for throughput metrics; ``busy_s`` is wall time with at least one request open."""
+    """Counters for throughput metrics; ``busy_s`` is wall time with at least one request open,
+    ``request_s`` the open time of every request summed (its ratio to ``busy_s`` is the mean
+    number of requests open while the engine is busy; 0 where not tracked)."""
 
     requests: int
     prompt_tokens: int
@@ -65,6 +67,18 @@ class GeneratorStats(msgspec.Struct, frozen=True, kw_only=True):
     busy_s: float
     weight_updates: int
     weight_update_s: float
+    request_s: float = 0.0
+
+
+def engine_use(before: GeneratorStats, after: GeneratorStats, wall_s: float) -> dict[str, float]:
+    """How the engine was used between two snapshots ``wall_s`` apart: ``engine_busy``, the share
+    of the time it had a request open, and ``engine_open``, the mean number open while busy (how
+    full its batch could be; the engine's decode rate grows with it up to ``max_num_seqs``)."""
+    busy = after.busy_s - before.busy_s
+    return {
+        "engine_busy": busy / wall_s if wall_s > 0 else 0.0,
+        "engine_open": (after.request_s - before.request_s) / busy if busy > 0 else 0.0,
+    }
 
 
 class GeneratorHandle(Engine, Protocol):
@@ -127,6 +141,7 @@ class VllmEngine:
         """Set when the last request in flight finishes (a draining update waits on it)."""
         self._counts = {"requests": 0, "prompt_tokens": 0, "generated_tokens": 0, "weight_updates": 0}
         self._busy_s = 0.0
+        self._request_s, self._changed_at = 0.0, 0.0
         self._update_s = 0.0
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -293,8 +308,10 @@ class VllmEngine:
 
     def stats(self) -> GeneratorStats:
         """Counters since start; tokens/s over a phase is the difference of two snapshots."""
-        busy = self._busy_s + (time.perf_counter() - self._busy_since if self._in_flight else 0.0)
-        return GeneratorStats(busy_s=busy, weight_update_s=self._update_s, **self._counts)
+        now = time.perf_counter()
+        busy = self._busy_s + (now - self._busy_since if self._in_flight else 0.0)
+        requests = self._request_s + self._in_flight * (now - self._changed_at)
+        return GeneratorStats(busy_s=busy, request_s=requests, weight_update_s=self._update_s, **self._counts)
 
     async def shutdown(self) -> None:
         """Stop the engine process; idempotent. Later calls raise ``GeneratorError``."""
@@ -309,15 +326,24 @@ class VllmEngine:
         return self._llm
 
     def _enter(self) -> None:
+        now = self._count_open_time()
         if self._in_flight == 0:
-            self._busy_since = time.perf_counter()
+            self._busy_since = now
         self._in_flight += 1
 
     def _leave(self) -> None:
+        now = self._count_open_time()
         self._in_flight -= 1
         if self._in_flight == 0:
-            self._busy_s += time.perf_counter() - self._busy_since
+            self._busy_s += now - self._busy_since
             self._idle.set()
+
+    def _count_open_time(self) -> float:
+        """Add the open requests' time since the last enter or leave to ``request_s``; now."""
+        now = time.perf_counter()
+        self._request_s += self._in_flight * (now - self._changed_at)
+        self._changed_at = now
+        return now
 
 
 def _sampled_logprobs(request_id: str, token_ids: list[int], flat: Any) -> list[float]:

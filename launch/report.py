@@ -29,6 +29,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("tool_adoption", "adopt", "{:>5.2f}"),
     ("tool_calls", "calls", "{:>5.2f}"),
     ("gen_tok_s", "gen tok/s", "{:>9.1f}"),
+    ("engine_busy", "busy", "{:>4.2f}"),
+    ("engine_open", "open", "{:>4.1f}"),
     ("loss", "loss", "{:>8.4f}"),
     ("grad_norm", "gnorm", "{:>6.2f}"),
     ("rollout_s", "rollout s", "{:>9.1f}"),

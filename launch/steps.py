@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from actors.generator import engine_use
 from actors.groups import Group
 from actors.orchestrator import StepOrchestrator, StepRollout
 from actors.placement import publish_weights, training_phase
@@ -50,12 +51,13 @@ async def run_steps(s: Session, tasks: CuratedTasks, eval_tasks: Sequence[TaskSp
             prepare=tasks.prepare,
             on_group=lambda step, group: advance(),
         )
-        last = time.perf_counter()
+        last, engine = time.perf_counter(), await s.actors.generator.stats()
         async with orchestrator.run(first, cfg.train.steps) as rollouts:
             async for rollout in rollouts:
                 metrics = await train_step(s, orchestrator, rollout)
-                now = time.perf_counter()
-                metrics["step_s"], last = now - last, now
+                now, engine_now = time.perf_counter(), await s.actors.generator.stats()
+                metrics |= {"step_s": now - last, **engine_use(engine, engine_now, now - last)}
+                last, engine = now, engine_now
                 step = rollout.step
                 if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
                     await save_step_checkpoint(s, step, rollout.position, tasks)

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from actors.generator import GeneratorError, VllmEngine, WeightUpdateError
+from actors.generator import GeneratorError, VllmEngine, WeightUpdateError, engine_use
 from policies.engine import Engine
 from policies.types import Generation, SamplingConfig, TrainSample
 
@@ -152,11 +152,14 @@ async def test_greedy_generation_is_the_same_alone_and_in_a_concurrent_batch(
     async def one() -> None:
         turns.append(await engine.generate(prompt, GREEDY))
 
+    before = engine.stats()
     async with anyio.create_task_group() as tg:
         for _ in range(4):
             tg.start_soon(one)
+    use = engine_use(before, engine.stats(), wall_s=1.0)
     assert [t.token_ids for t in turns] == [alone.token_ids] * 4
     assert max(_mean_abs(t.logprobs, alone.logprobs) for t in turns) < AGREE
+    assert 1.0 < use["engine_open"] <= 4.0  # the four were open together for most of the batch
 
 
 async def test_max_tokens_cuts_the_turn_with_finish_reason_length(engine: VllmEngine, tokenizer: Any) -> None:

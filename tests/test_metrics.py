@@ -7,6 +7,7 @@ import math
 import msgspec
 import pytest
 
+from actors.generator import GeneratorStats, engine_use
 from policies.metrics import (
     PER_EPISODE,
     episode_metrics,
@@ -238,3 +239,21 @@ def test_the_gateways_own_route_tool_is_no_tool_adoption() -> None:
     real = episode("u", 1.0, calls=(route, msgspec.structs.replace(call(2), server="calculator")))
     metrics = episode_metrics([routed_only, real])
     assert metrics["tool_adoption"] == 0.5 and metrics["task_adoption"] == 0.5
+
+
+def test_engine_use_is_the_busy_share_of_the_wall_time_and_the_mean_open_requests_while_busy() -> None:
+    def snapshot(busy_s: float, request_s: float) -> GeneratorStats:
+        return GeneratorStats(
+            requests=0, prompt_tokens=0, generated_tokens=0, busy_s=busy_s, weight_updates=0,
+            weight_update_s=0.0, request_s=request_s,
+        )  # fmt: skip
+
+    # 10 s of wall time; busy 4 of them, with 6 requests open on average: 24 request-seconds
+    assert engine_use(snapshot(1.0, 2.0), snapshot(5.0, 26.0), wall_s=10.0) == {
+        "engine_busy": 0.4,
+        "engine_open": 6.0,
+    }
+    assert engine_use(snapshot(1.0, 2.0), snapshot(1.0, 2.0), wall_s=10.0) == {
+        "engine_busy": 0.0,
+        "engine_open": 0.0,
+    }  # idle: nothing to divide by
