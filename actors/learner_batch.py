@@ -7,7 +7,8 @@ Contract:
   ids outside its vocabulary) or, when ``scored``, trained on (a trainable token 0 has no prefix).
 - ``collate`` right-pads to the longest sequence of the micro-batch. Pads are masked out of
   attention (``attn``) and of the loss (``mask``); ``old`` holds the rollout logprobs; each reward
-  family's sequence advantage is broadcast over its own tokens (paper 000, eqs. 9-10):
+  family's sequence advantage is broadcast over its own tokens (paper 000, eqs. 9-10; a sample's
+  ``token_advantages``, when given, replace the tool family's broadcast):
   ``integrated`` attribution puts both on every trainable token, ``masked`` puts the reasoning
   advantage on the reasoning tokens and the tool advantage on the others.
 
@@ -56,6 +57,11 @@ def validate(
                 f"{where}: sample {i} has {n} token ids, {len(s.trainable)} trainable flags and "
                 f"{len(s.logprobs)} logprobs; expected equal non-zero lengths"
             )
+        if s.token_advantages and len(s.token_advantages) != n:
+            raise LearnerError(
+                f"{where}: sample {i} has {len(s.token_advantages)} token advantages for {n} token ids; "
+                "expected one per token (or none)"
+            )
         if max_seq_len is not None and n > max_seq_len:
             raise LearnerError(
                 f"{where}: sample {i} is {n} tokens long; the model {model_path} takes at most "
@@ -92,6 +98,11 @@ def collate(
         if s.reasoning:
             reasoning[row, :n] = torch.tensor(s.reasoning, dtype=torch.float32)
     adv_tool = torch.tensor([s.advantage for s in samples], dtype=torch.float32).unsqueeze(-1)
+    if any(s.token_advantages for s in samples):  # rows of several steps, each its own advantage
+        adv_tool = adv_tool.expand(len(samples), width).clone()
+        for row, s in enumerate(samples):
+            if s.token_advantages:
+                adv_tool[row, : len(s.token_advantages)] = torch.tensor(s.token_advantages)
     adv_reason = torch.tensor([s.reasoning_advantage for s in samples], dtype=torch.float32).unsqueeze(-1)
     if attribution == "masked":
         reason_tokens, action_tokens = mask * reasoning, mask * (1 - reasoning)

@@ -107,14 +107,23 @@ def _family(t: Trajectory, score: Score, family: Literal["task", "tool", "reason
     return float(value)
 
 
-def adoption_samples(groups: Iterable[Sequence[Trajectory]], *, eps: float = 1e-6) -> list[TrainSample]:
+def adoption_samples(
+    groups: Iterable[Sequence[Trajectory]], *, eps: float = 1e-6, pack: bool = False
+) -> list[TrainSample]:
     """Tool-adoption training (paper 002, §5.1): one sample per model turn (step).
 
     Per group, each trajectory's shaped return (``Score.adoption``, Eq. 3) is z-scored within the
     group and divided by its number of steps ``T``; each step's tool bonus is added *after* the
     normalisation (Eq. 4, ``policies.adoption_advantages``). Step ``t``'s sample is the conversation
     up to the end of turn ``t`` (within its rendering segment) with only turn ``t``'s tokens
-    trainable. Steps with advantage 0 are left out."""
+    trainable. Steps with advantage 0 are left out.
+
+    ``pack``: the steps of one rendering segment share one row instead, each turn's tokens carrying
+    its own advantage (``TrainSample.token_advantages``). Under causal attention a token's
+    logprob depends only on its prefix, which is the same in both forms, so every trainable token
+    gets the same logprob, advantage and gradient; with the ``token-mean`` loss (a sum over tokens
+    over their count) the loss and update are the same, for a forward over each segment once
+    instead of once per step. Not with the ``seq-mean`` losses, which weigh rows alike."""
     samples: list[TrainSample] = []
     for group in groups:
         group = list(group)
@@ -129,7 +138,7 @@ def adoption_samples(groups: Iterable[Sequence[Trajectory]], *, eps: float = 1e-
             adoption.append(score.adoption)
         per_step = step_advantages_with_bonus(adoption, eps=eps)
         for t, advantages in zip(group, per_step, strict=True):
-            samples.extend(_step_samples(t, advantages))
+            samples.extend(_packed_step_samples(t, advantages) if pack else _step_samples(t, advantages))
     return samples
 
 
@@ -185,6 +194,36 @@ def _step_samples(t: Trajectory, advantages: Sequence[float]) -> list[TrainSampl
                 logprobs=[0.0] * (start - segment) + t.logprobs[start:end],
                 advantage=advantage,
                 reasoning=[r & m for r, m in zip(t.reasoning[segment:end], trainable, strict=True)]
+                if t.reasoning
+                else [],
+            )
+        )
+    return out
+
+
+def _packed_step_samples(t: Trajectory, advantages: Sequence[float]) -> list[TrainSample]:
+    """``_step_samples``' tokens and advantages, one row per rendering segment (see ``pack``)."""
+    steps: dict[int, list[tuple[int, int, float]]] = {}
+    for (segment, start, end), advantage in zip(turn_spans(t), advantages, strict=False):
+        if advantage != 0.0:
+            steps.setdefault(segment, []).append((start, end, advantage))
+    out = []
+    for segment, spans in steps.items():
+        width = spans[-1][1] - segment
+        trainable, logprobs, token_advantages = [0] * width, [0.0] * width, [0.0] * width
+        for start, end, advantage in spans:
+            for i in range(start, end):
+                trainable[i - segment], logprobs[i - segment] = 1, t.logprobs[i]
+                token_advantages[i - segment] = advantage
+        out.append(
+            TrainSample(
+                token_ids=t.token_ids[segment : segment + width],
+                trainable=trainable,
+                logprobs=logprobs,
+                token_advantages=token_advantages,
+                reasoning=[
+                    r & m for r, m in zip(t.reasoning[segment : segment + width], trainable, strict=True)
+                ]
                 if t.reasoning
                 else [],
             )

@@ -106,6 +106,9 @@ class TrainSample(msgspec.Struct, frozen=True, kw_only=True):
     advantage: float = 0.0
     """Sequence-level advantage, broadcast to every trainable token (to the action tokens only
     under token-masked attribution, when ``reasoning`` is given)."""
+    token_advantages: list[float] = msgspec.field(default_factory=list)
+    """Per-token advantages in place of ``advantage`` (empty: ``advantage`` everywhere): one row
+    that carries several steps of a trajectory, each with its own (``adoption_samples(pack=True)``)."""
     reasoning: list[int] = msgspec.field(default_factory=list)
     """Thought-MDP reasoning mask (inside ``trainable``); empty: no explicit reasoning."""
     reasoning_advantage: float = 0.0

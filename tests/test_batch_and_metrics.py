@@ -212,6 +212,36 @@ def test_adoption_samples_are_per_step_with_z_over_t_and_the_bonus_after_normali
     assert second.logprobs[-2:] == [-0.3, -0.4] and sum(second.logprobs[:5]) == 0.0
 
 
+def test_packed_adoption_samples_carry_each_steps_tokens_and_advantage_in_one_row() -> None:
+    won = AdoptionScore(shaped_return=0.975, steps=2, step_bonus=(0.1, 0.0))
+    lost = AdoptionScore(shaped_return=-1.025, steps=2, step_bonus=(0.0, 0.0))
+    group = [two_turns("g", won, ((True, False), (True, True))), two_turns("g", lost, ((False, None),))]
+    packed = adoption_samples([group], pack=True)
+    assert len(packed) == 2  # one row per trajectory (one rendering segment each)
+    row = packed[0]
+    assert row.token_ids == [10, 11, 12, 13, 14, 15, 16] and row.trainable == [0, 0, 1, 1, 0, 1, 1]
+    assert row.logprobs == [0.0, 0.0, -0.1, -0.2, 0.0, -0.3, -0.4]
+    assert [round(a, 5) for a in row.token_advantages] == [0, 0, 0.45355, 0.45355, 0, 0.35355, 0.35355]
+    # the same trainable tokens with the same advantages as the per-step samples
+    per_step = adoption_samples([group])
+
+    def tokens(samples: list[Any]) -> list[tuple[int, int, float, float]]:
+        return sorted(
+            (i, s.token_ids[i], s.logprobs[i], round(s.token_advantages[i] if s.token_advantages else s.advantage, 9))
+            for s in samples for i in range(len(s.token_ids)) if s.trainable[i]
+        )  # fmt: skip
+
+    assert tokens(packed[:1]) == tokens(per_step[:2]) and tokens(packed[1:]) == tokens(per_step[2:])
+
+
+def test_a_packed_row_leaves_a_step_of_advantage_zero_untrainable() -> None:
+    even = AdoptionScore(shaped_return=0.5, steps=2, step_bonus=(0.1, 0.0))
+    group = [two_turns("g", even, ((True, False),)), two_turns("g", even, ((True, False),))]
+    (row, _) = adoption_samples([group], pack=True)  # equal returns: only the bonus of step 1 is left
+    assert row.token_ids == [10, 11, 12, 13] and row.trainable == [0, 0, 1, 1]
+    assert row.token_advantages == [0.0, 0.0, 0.1, 0.1]
+
+
 def scored(group: str, reward: float, **families: float) -> Trajectory:
     t = traj(group, reward)
     t.score = score(reward >= 1.0, **families)

@@ -216,6 +216,40 @@ def test_every_grpo_family_member_is_invariant_to_the_micro_batch_size(
     )
 
 
+def test_a_packed_row_of_steps_gives_the_token_mean_update_of_one_row_per_step(model_dir: str) -> None:
+    """``adoption_samples(pack=True)``'s form: one 14-token row whose two turns (tokens 4-7 and
+    10-13) carry advantages +1 and -0.5, against the two per-step rows of the same tokens."""
+    ids = _sample(7, 14).token_ids
+    first, second = [0] * 4 + [1] * 4 + [0] * 6, [0] * 10 + [1] * 4
+    both = [a | b for a, b in zip(first, second, strict=True)]
+    logprobs = [-6.2 * t for t in both]
+    steps = [
+        TrainSample(token_ids=ids[:8], trainable=first[:8], logprobs=logprobs[:8], advantage=1.0),
+        TrainSample(token_ids=ids, trainable=second, logprobs=[-6.2 * t for t in second], advantage=-0.5),
+    ]
+    packed = TrainSample(
+        token_ids=ids,
+        trainable=both,
+        logprobs=logprobs,
+        token_advantages=[1.0 * a - 0.5 * b for a, b in zip(first, second, strict=True)],
+    )
+    algo = GrpoConfig(type="dapo", kl_coef=0.1, kl_reference="rollout")
+    results = []
+    for batch in (steps, [packed]):
+        learner = _learner(model_dir, algo=algo)
+        results.append((learner.train_step(batch), _weights(learner)))
+    (per_step, w_steps), (one_row, w_row) = results
+    assert per_step["loss"] == pytest.approx(one_row["loss"], rel=1e-5)
+    assert per_step["grad_norm"] == pytest.approx(one_row["grad_norm"], rel=1e-4)
+    assert _max_diff(w_steps, w_row) < 1e-4  # Adam's first step is about lr * sign(g): 1e-2 here
+
+
+def test_token_advantages_of_the_wrong_length_are_refused(model_dir: str) -> None:
+    bad = msgspec.structs.replace(_sample(1, 6), token_advantages=[1.0] * 5)
+    with pytest.raises(LearnerError, match="sample 0 has 5 token advantages for 6 token ids"):
+        _learner(model_dir).train_step([bad])
+
+
 def test_the_aggregation_modes_weigh_sequences_as_their_papers_say(model_dir: str) -> None:
     """Sequences of 3 and 9 trainable tokens with per-token losses summing to S1 and S2 (the same
     fresh weights for every mode): token-mean = (S1 + S2) / 12, seq-mean-token-sum with L = 32 is
