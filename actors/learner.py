@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors import learner_checkpoint
 from actors.dist_env import init_single_process_dist
-from actors.learner_batch import Batch, LearnerError, chunks, collate, validate
+from actors.learner_batch import Batch, LearnerError, chunks, collate, sequence_count, validate
 from actors.learner_losses import Forward, MicroLoss, forward_logprobs, kl_loss, policy_loss, supervised_loss
 from policies.types import TrainSample
 
@@ -241,13 +241,13 @@ class Learner:
             raise LearnerError(
                 f"{where}: none of the {len(samples)} samples has a trainable token; nothing to train"
             )
-        total = float(sum(sum(s.trainable) for s in active))
+        total, rows = float(sum(sum(s.trainable) for s in active)), float(sequence_count(active))
         sums: dict[str, float] = {}
         self._engine.train()
         self._engine.optimizer.zero_grad()
         try:
             for chunk in chunks(active, self.cfg.micro_batch_size):
-                loss, parts = micro_loss(self._collate(chunk), total, float(len(active)))
+                loss, parts = micro_loss(self._collate(chunk), total, rows)
                 self._engine.backward(loss, scale_wrt_gas=False)
                 for key, value in parts.items():
                     combine = max if key.endswith("_max") else operator.add

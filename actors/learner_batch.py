@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     import torch
 
 Batch = dict[str, "torch.Tensor"]
-"""A collated micro-batch: ``ids``, ``attn``, ``mask``, ``old``, ``adv_reasoning``, ``adv_tool``."""
+"""A collated micro-batch: ``ids``, ``attn``, ``mask``, ``old``, ``adv_reasoning``, ``adv_tool``,
+``seq`` (each token's sequence within its row)."""
 
 
 class LearnerError(MCPRLError):
@@ -57,11 +58,14 @@ def validate(
                 f"{where}: sample {i} has {n} token ids, {len(s.trainable)} trainable flags and "
                 f"{len(s.logprobs)} logprobs; expected equal non-zero lengths"
             )
-        if s.token_advantages and len(s.token_advantages) != n:
-            raise LearnerError(
-                f"{where}: sample {i} has {len(s.token_advantages)} token advantages for {n} token ids; "
-                "expected one per token (or none)"
-            )
+        for name, values in (("token advantages", s.token_advantages), ("sequence indices", s.sequences)):
+            if values and len(values) != n:
+                raise LearnerError(
+                    f"{where}: sample {i} has {len(values)} {name} for {n} token ids; "
+                    "expected one per token (or none)"
+                )
+        if s.sequences and min(s.sequences) < 0:
+            raise LearnerError(f"{where}: sample {i} has a negative sequence index; expected 0, 1, ...")
         if max_seq_len is not None and n > max_seq_len:
             raise LearnerError(
                 f"{where}: sample {i} is {n} tokens long; the model {model_path} takes at most "
@@ -77,6 +81,18 @@ def validate(
             )
 
 
+def sequence_count(samples: Sequence[TrainSample]) -> int:
+    """How many sequences ``samples`` hold that have a trainable token (what the seq-mean losses
+    divide by): a row's distinct ``sequences`` indices among its trainable tokens, else one."""
+    count = 0
+    for s in samples:
+        if s.sequences:
+            count += len({q for q, t in zip(s.sequences, s.trainable, strict=True) if t})
+        else:
+            count += any(s.trainable)
+    return count
+
+
 def collate(
     samples: Sequence[TrainSample], attribution: Literal["integrated", "masked"], device: torch.device
 ) -> Batch:
@@ -89,6 +105,7 @@ def collate(
     mask = torch.zeros(len(samples), width, dtype=torch.float32)
     old = torch.zeros(len(samples), width, dtype=torch.float32)
     reasoning = torch.zeros(len(samples), width, dtype=torch.float32)
+    sequences = torch.zeros(len(samples), width, dtype=torch.long)
     for row, s in enumerate(samples):
         n = len(s.token_ids)
         ids[row, :n] = torch.tensor(s.token_ids)
@@ -97,6 +114,8 @@ def collate(
         old[row, :n] = torch.tensor(s.logprobs, dtype=torch.float32)
         if s.reasoning:
             reasoning[row, :n] = torch.tensor(s.reasoning, dtype=torch.float32)
+        if s.sequences:
+            sequences[row, :n] = torch.tensor(s.sequences)
     adv_tool = torch.tensor([s.advantage for s in samples], dtype=torch.float32).unsqueeze(-1)
     if any(s.token_advantages for s in samples):  # rows of several steps, each its own advantage
         adv_tool = adv_tool.expand(len(samples), width).clone()
@@ -115,5 +134,6 @@ def collate(
         "old": old,
         "adv_reasoning": adv_reason * reason_tokens,
         "adv_tool": adv_tool * action_tokens,
+        "seq": sequences,
     }
     return {k: v.to(device) for k, v in tensors.items()}

@@ -66,7 +66,9 @@ def _kl_term(
 
     per_token = kl_penalty(lp, ref_lp, algo.kl_estimator, mask=batch["mask"])
     mode = agg_mode(algo.aggregation)
-    return aggregate(per_token, batch["mask"], mode, max_len=max_len, denominator=denominator)
+    return aggregate(
+        per_token, batch["mask"], mode, max_len=max_len, denominator=denominator, sequences=batch["seq"]
+    )
 
 
 def policy_loss(
@@ -100,6 +102,7 @@ def policy_loss(
             denominator=denominator,
             mode=mode,
             max_len=max_len,
+            sequences=batch["seq"],
         )
         loss, kl_value = pg, 0.0
         with torch.no_grad():

@@ -109,13 +109,13 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
 
 def step_samples(cfg: RunConfig, complete: Sequence[Sequence[Trajectory]]) -> list[TrainSample]:
     """One step's learner samples from its complete groups' scores: tool-adoption step samples
-    (``algorithm.returns: adoption``; packed one row per segment under the token-mean loss) or
+    (``algorithm.returns: adoption``, packed one row per segment) or
     GRPO-family samples, whose action stream learns from the
     tool family (``algorithm.tool_reward``) or the task outcome, and whose reasoning stream from
     the reasoning family (``algorithm.reasoning_reward``)."""
     algo = cfg.algorithm
-    if algo.returns == "adoption":  # one row per segment where the loss allows it (same update)
-        return adoption_samples(complete, eps=algo.eps, pack=algo.aggregation == "token-mean")
+    if algo.returns == "adoption":  # one row per segment, not per step: the same update, faster
+        return adoption_samples(complete, eps=algo.eps, pack=True)
     return rl_samples(
         complete,
         std_normalize=algo.normalize_std,

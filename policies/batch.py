@@ -119,11 +119,11 @@ def adoption_samples(
     trainable. Steps with advantage 0 are left out.
 
     ``pack``: the steps of one rendering segment share one row instead, each turn's tokens carrying
-    its own advantage (``TrainSample.token_advantages``). Under causal attention a token's
-    logprob depends only on its prefix, which is the same in both forms, so every trainable token
-    gets the same logprob, advantage and gradient; with the ``token-mean`` loss (a sum over tokens
-    over their count) the loss and update are the same, for a forward over each segment once
-    instead of once per step. Not with the ``seq-mean`` losses, which weigh rows alike."""
+    its own advantage (``TrainSample.token_advantages``) and its own sequence index
+    (``TrainSample.sequences``: the seq-mean losses weigh each step as a row of its own). Under
+    causal attention a token's logprob depends only on its prefix, which is the same in both
+    forms, so the loss, gradient and update are the same for every aggregation, with one forward
+    over each segment instead of one per step."""
     samples: list[TrainSample] = []
     for group in groups:
         group = list(group)
@@ -211,16 +211,18 @@ def _packed_step_samples(t: Trajectory, advantages: Sequence[float]) -> list[Tra
     for segment, spans in steps.items():
         width = spans[-1][1] - segment
         trainable, logprobs, token_advantages = [0] * width, [0.0] * width, [0.0] * width
-        for start, end, advantage in spans:
+        sequences = [0] * width
+        for step, (start, end, advantage) in enumerate(spans):
             for i in range(start, end):
                 trainable[i - segment], logprobs[i - segment] = 1, t.logprobs[i]
-                token_advantages[i - segment] = advantage
+                token_advantages[i - segment], sequences[i - segment] = advantage, step
         out.append(
             TrainSample(
                 token_ids=t.token_ids[segment : segment + width],
                 trainable=trainable,
                 logprobs=logprobs,
                 token_advantages=token_advantages,
+                sequences=sequences,
                 reasoning=[
                     r & m for r, m in zip(t.reasoning[segment : segment + width], trainable, strict=True)
                 ]

@@ -23,7 +23,10 @@ of rows with at least one trainable token, ``L`` a constant:
 token-mean weighs every token alike (a long sequence counts more); seq-mean-token-mean weighs every
 sequence alike (so a token of a long wrong answer is penalised less: GRPO's length bias);
 seq-mean-token-sum removes that bias with a constant divisor. A "sequence" is a row of the batch:
-where a trajectory is split into several rows (rendering segments), each row counts as one.
+where a trajectory is split into several rows (rendering segments), each row counts as one. A row
+may also carry several sequences (``sequences[b, t]``: the index of token ``t``'s sequence within
+row ``b``; the steps of a packed adoption row), and each counts as one, exactly as if it had a row
+of its own: the sums above then run over (row, sequence) pairs.
 ``denominator`` replaces the divisor that spans the batch (the token count for token-mean, ``|S|``
 for the seq-mean modes) so that micro-batch losses computed with the whole batch's figure sum
 exactly to the batch loss; the learner passes the step's trainable-token count with token-mean.
@@ -123,12 +126,14 @@ def aggregate(
     *,
     max_len: int | None = None,
     denominator: float | None = None,
+    sequences: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a ``[B, T]`` per-token loss to a scalar by ``mode`` (equations in the module docstring).
 
     ``max_len`` is Dr. GRPO's constant ``L`` (required for ``seq-mean-token-sum``, ignored otherwise).
-    ``denominator`` replaces the batch-wide divisor (token count, or the number of non-empty rows).
-    An empty mask gives 0.0, still connected to the graph.
+    ``denominator`` replaces the batch-wide divisor (token count, or the number of non-empty
+    sequences). ``sequences`` (``[B, T]`` integers >= 0; ``None``: one sequence a row) splits rows
+    into sequences for the seq-mean modes. An empty mask gives 0.0, still connected to the graph.
     """
     if per_token_loss.dim() != 2 or mask.shape != per_token_loss.shape:
         raise ValueError(
@@ -138,8 +143,22 @@ def aggregate(
     if mode == "token-mean":
         return masked_mean(per_token_loss, mask, denominator=denominator)
     keep = mask.bool()
-    row_sum = torch.where(keep, per_token_loss, torch.zeros_like(per_token_loss)).sum(dim=-1)
-    row_tokens = keep.sum(dim=-1)
+    masked = torch.where(keep, per_token_loss, torch.zeros_like(per_token_loss))
+    if sequences is None:
+        row_sum, row_tokens = masked.sum(dim=-1), keep.sum(dim=-1)
+    else:  # one "row" per (row, sequence): sums and token counts scattered by sequence index
+        if sequences.shape != per_token_loss.shape:
+            raise ValueError(
+                f"aggregate: sequences must be [B, T] like the loss, got {tuple(sequences.shape)}"
+            )
+        index = sequences.long()
+        width = int(index.max()) + 1 if index.numel() else 1
+        row_sum = masked.new_zeros(masked.shape[0], width).scatter_add(1, index, masked).flatten()
+        row_tokens = (
+            keep.new_zeros(keep.shape[0], width, dtype=torch.long)
+            .scatter_add(1, index, keep.long())
+            .flatten()
+        )
     if mode == "seq-mean-token-mean":
         per_row = row_sum / row_tokens.clamp_min(1)
     elif mode == "seq-mean-token-sum":
@@ -163,12 +182,13 @@ def ppo_clip_loss(
     denominator: float | None = None,
     mode: AggMode = "token-mean",
     max_len: int | None = None,
+    sequences: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric clip ("clip-higher", DAPO), aggregated by ``mode``.
 
     Per token: ``r = exp(lp - lp_old)``, ``loss = -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)``;
-    ``clip_high=None`` is the symmetric PPO clip (``clip_high = clip_low``). ``mode``, ``max_len``
-    and ``denominator`` go to ``aggregate`` (default token-mean, as before).
+    ``clip_high=None`` is the symmetric PPO clip (``clip_high = clip_low``). ``mode``, ``max_len``,
+    ``denominator`` and ``sequences`` go to ``aggregate`` (default token-mean, as before).
     ``advantages`` is ``[B]`` (one per sequence, broadcast over its tokens, as in GRPO) or ``[B, T]``.
     Where the clipped term is the smaller one the token's gradient is zero: ratio above
     ``1 + clip_high`` with A > 0, or below ``1 - clip_low`` with A < 0.
@@ -186,7 +206,7 @@ def ppo_clip_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    loss = aggregate(per_token, mask, mode, max_len=max_len, denominator=denominator)
+    loss = aggregate(per_token, mask, mode, max_len=max_len, denominator=denominator, sequences=sequences)
 
     with torch.no_grad():
         adv_full = adv.expand_as(ratio)

@@ -109,6 +109,9 @@ class TrainSample(msgspec.Struct, frozen=True, kw_only=True):
     token_advantages: list[float] = msgspec.field(default_factory=list)
     """Per-token advantages in place of ``advantage`` (empty: ``advantage`` everywhere): one row
     that carries several steps of a trajectory, each with its own (``adoption_samples(pack=True)``)."""
+    sequences: list[int] = msgspec.field(default_factory=list)
+    """Per token, which of the row's sequences it belongs to (0, 1, ...: the steps of a packed
+    row), each weighed as a row of its own by the seq-mean losses; empty: one sequence."""
     reasoning: list[int] = msgspec.field(default_factory=list)
     """Thought-MDP reasoning mask (inside ``trainable``); empty: no explicit reasoning."""
     reasoning_advantage: float = 0.0

@@ -222,6 +222,7 @@ def test_packed_adoption_samples_carry_each_steps_tokens_and_advantage_in_one_ro
     assert row.token_ids == [10, 11, 12, 13, 14, 15, 16] and row.trainable == [0, 0, 1, 1, 0, 1, 1]
     assert row.logprobs == [0.0, 0.0, -0.1, -0.2, 0.0, -0.3, -0.4]
     assert [round(a, 5) for a in row.token_advantages] == [0, 0, 0.45355, 0.45355, 0, 0.35355, 0.35355]
+    assert row.sequences == [0, 0, 0, 0, 0, 1, 1]  # each step a sequence of its own
     # the same trainable tokens with the same advantages as the per-step samples
     per_step = adoption_samples([group])
 

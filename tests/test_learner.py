@@ -216,9 +216,11 @@ def test_every_grpo_family_member_is_invariant_to_the_micro_batch_size(
     )
 
 
-def test_a_packed_row_of_steps_gives_the_token_mean_update_of_one_row_per_step(model_dir: str) -> None:
+@pytest.mark.parametrize("kind", ["grpo", "dr_grpo", "dapo"])
+def test_a_packed_row_of_steps_gives_the_update_of_one_row_per_step(model_dir: str, kind: str) -> None:
     """``adoption_samples(pack=True)``'s form: one 14-token row whose two turns (tokens 4-7 and
-    10-13) carry advantages +1 and -0.5, against the two per-step rows of the same tokens."""
+    10-13, sequences 0 and 1) carry advantages +1 and -0.5, against the two per-step rows of the
+    same tokens; under every aggregation (seq-mean weighs each step as a row)."""
     ids = _sample(7, 14).token_ids
     first, second = [0] * 4 + [1] * 4 + [0] * 6, [0] * 10 + [1] * 4
     both = [a | b for a, b in zip(first, second, strict=True)]
@@ -232,8 +234,9 @@ def test_a_packed_row_of_steps_gives_the_token_mean_update_of_one_row_per_step(m
         trainable=both,
         logprobs=logprobs,
         token_advantages=[1.0 * a - 0.5 * b for a, b in zip(first, second, strict=True)],
+        sequences=second,  # turn 2's tokens are sequence 1, the rest 0
     )
-    algo = GrpoConfig(type="dapo", kl_coef=0.1, kl_reference="rollout")
+    algo = GrpoConfig(type=kind, kl_coef=0.1, kl_reference="rollout")  # type: ignore[arg-type]
     results = []
     for batch in (steps, [packed]):
         learner = _learner(model_dir, algo=algo)
@@ -244,9 +247,12 @@ def test_a_packed_row_of_steps_gives_the_token_mean_update_of_one_row_per_step(m
     assert _max_diff(w_steps, w_row) < 1e-4  # Adam's first step is about lr * sign(g): 1e-2 here
 
 
-def test_token_advantages_of_the_wrong_length_are_refused(model_dir: str) -> None:
+def test_token_advantages_or_sequences_of_the_wrong_length_are_refused(model_dir: str) -> None:
     bad = msgspec.structs.replace(_sample(1, 6), token_advantages=[1.0] * 5)
     with pytest.raises(LearnerError, match="sample 0 has 5 token advantages for 6 token ids"):
+        _learner(model_dir).train_step([bad])
+    bad = msgspec.structs.replace(_sample(1, 6), sequences=[0] * 7)
+    with pytest.raises(LearnerError, match="sample 0 has 7 sequence indices for 6 token ids"):
         _learner(model_dir).train_step([bad])
 
 

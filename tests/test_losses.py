@@ -202,6 +202,22 @@ def test_seq_mean_token_mean_averages_each_row_then_the_nonempty_rows() -> None:
     assert aggregate(LOSS, MASK, "seq-mean-token-mean").item() == pytest.approx(3.0)
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_sequences_within_a_row_count_as_rows_of_their_own(mode: AggMode) -> None:
+    # rows 0 and 1 of LOSS packed into one row, as sequences 0 and 1 (row 2 stays empty)
+    packed_loss = torch.cat([LOSS[0], LOSS[1], torch.zeros(4)]).reshape(1, -1)
+    packed_mask = torch.cat([MASK[0], MASK[1], torch.zeros(4, dtype=MASK.dtype)]).reshape(1, -1)
+    sequences = torch.tensor([[0] * LOSS.shape[1] + [1] * LOSS.shape[1] + [0] * 4])
+    assert aggregate(packed_loss, packed_mask, mode, max_len=4, sequences=sequences).item() == pytest.approx(
+        aggregate(LOSS, MASK, mode, max_len=4).item()
+    )
+    assert aggregate(packed_loss, packed_mask, mode, max_len=4).item() != pytest.approx(
+        aggregate(LOSS, MASK, mode, max_len=4).item()
+    )  # as one sequence the row weighs differently
+    with pytest.raises(ValueError, match="sequences must be"):
+        aggregate(LOSS, MASK, mode, max_len=4, sequences=sequences)
+
+
 def test_seq_mean_token_sum_divides_each_row_sum_by_the_constant() -> None:
     # Dr. GRPO with L = 4: row 0: 6 / 4 = 1.5, row 1: 4 / 4 = 1: (1.5 + 1) / 2 = 1.25
     assert aggregate(LOSS, MASK, "seq-mean-token-sum", max_len=4).item() == pytest.approx(1.25)
