@@ -18,10 +18,10 @@ Server reuse: ``close(env_id, keep_servers=True)`` (the pipeline's, for an envir
 broken) parks the sessions of the ``keep_alive`` stdio servers instead (``ServerLaunch.keep_alive``:
 the domain declares them free of per-episode state; the reset spares their processes). The next
 ``open`` of the same environment (the pool handed it out again) takes a parked session over when
-its launch is the same and it answers a ping, and starts the others. Only on a backend whose
-reset spares those processes (``Provisioner.keeps_servers``: local and bwrap, not docker). A parked session is pinged
-every ``PARKED_CHECK_S`` and dropped once its process is gone (the pool destroyed the environment,
-or a docker reset restarted it), so nothing parked outlives its environment for long.
+its launch is the same and it answers a ping, and starts the others; only on a backend whose
+reset spares those processes (``Provisioner.keeps_servers``: local and bwrap, not docker). A
+parked session is pinged every ``PARKED_CHECK_S`` and dropped once its process is gone (the pool
+destroyed the environment), so nothing parked outlives its environment for long.
 
 Failure semantics (deadlines, dead servers, restarts): ``actors/mcp_calls.py``; session lifetime:
 ``actors/mcp_sessions.py``.
