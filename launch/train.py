@@ -6,7 +6,8 @@
 ``train`` reads top to bottom. Parse the config (no ML import before that, so a bad config or
 ``--help`` answers at once); start Ray and the actors (``launch.session``); measure the base policy
 greedily on the eval split; warm-start on expert demonstrations that ran through the very same
-pipeline (``launch.phases``); run the RL steps (``launch.steps``): each step's groups are scored by
+pipeline (``launch.phases``), or start from the warm start another run kept
+(``warmstart.from_run``, ``launch.shared_warmstart``); run the RL steps (``launch.steps``): each step's groups are scored by
 the Evaluator, normalised within each group, trained on, and the new weights go to the generator,
 with step checkpoints on a schedule (``train.resume`` continues from one); measure again; save;
 shut everything down, whatever happens.
@@ -36,6 +37,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     from launch.phases import evaluate, warm_start
     from launch.run_results import closing_table, read_run
     from launch.session import open_session
+    from launch.shared_warmstart import adopt, read_saved, save
     from launch.steps import run_steps
     from launch.tasks import CuratedTasks, TaskStream
     from specs.check import interleaved, load_split
@@ -48,6 +50,11 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     expert = run_expert(cfg, train_split, eval_split) if cfg.warmstart.enabled else None
     stream = TaskStream(train_tasks, cfg.seed)
     resume = resolve_resume(cfg.train.resume, cfg.checkpoint_dir)
+    saved = (
+        read_saved(cfg.warmstart.from_run, eval_tasks, cfg.train.eval_samples)
+        if cfg.warmstart.from_run
+        else None
+    )
 
     async with open_session(cfg, run_id, learner=True, verbose=verbose) as s:
         print(
@@ -64,11 +71,15 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
         results: dict[str, dict[str, float]] = {}
         first_step = 1
 
-        if resume is None:
+        if saved is not None:  # another run's warm start and its evals (launch.shared_warmstart)
+            results |= await adopt(s, stream, saved)
+        elif resume is None:
             results["base"] = await evaluate(s, eval_tasks, "base", 0)
             if expert is not None:
                 await warm_start(s, stream, expert)
                 results["warmstart"] = await evaluate(s, eval_tasks, "warmstart", 0)
+                if cfg.warmstart.save:
+                    print(f"warm start kept in {await save(s, stream)}", flush=True)
         else:  # the learner, the policy served, the task stream and curation
             progress = read_progress(resume)
             await s.actors.trainer.load_checkpoint(resume)

@@ -241,6 +241,14 @@ class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Learning rate of the warm start."""
     batch_size: int = 4
     """Demonstrations per optimizer step."""
+    save: bool = False
+    """Keep the warm start in ``<run_dir>/warmstart/`` (the learner's checkpoint and the task
+    position), for other runs to start from (``from_run``)."""
+    from_run: str | None = None
+    """The run directory of an earlier run that saved its warm start (``save``): start the RL steps
+    from it, its base and warm-start evaluations reported as this run's, instead of running them
+    again. Several RL configurations compared from one warm start differ only by their RL; the
+    runs must share the model, the warm start and the eval tasks (checked)."""
 
     def __post_init__(self) -> None:
         if self.demonstrations < 1 or self.epochs < 1 or self.batch_size < 1:
@@ -381,6 +389,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             )
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 (0 makes async placement alternate like colocated)")
+        if self.warmstart.from_run is not None and (self.train.resume is not None or not self.warmstart.enabled):
+            raise ValueError(
+                "warmstart.from_run starts a fresh run from another run's warm start: it needs "
+                "warmstart.enabled and no train.resume (a resumed run has its own warm start already)"
+            )
         if self.algorithm.tool_reward and self.algorithm.returns != "outcome":
             raise ValueError(
                 "algorithm.tool_reward needs algorithm.returns: outcome (adoption returns are built "

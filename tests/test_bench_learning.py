@@ -106,6 +106,30 @@ def test_every_ablation_is_a_valid_config(tmp_path):
     assert rule["mismatched"].train.eval_observation_rule == rule["matched"].rollout.observation_rule
 
 
+def test_the_arms_of_an_ablation_share_the_first_arms_warm_start_once_it_kept_one(tmp_path):
+    from launch.bench.learning import finished, with_shared_warm_start
+
+    bench = plan(parse_args(["--ablation", "tool_bonus", "--seeds", "2", "--out", str(tmp_path)]))
+    assert [c.warmstart.save for _, _, c in bench.trials] == [True, False, True, False]
+    (first, _, no_bonus), (second, seed, bonus) = bench.trials[0], bench.trials[1]
+    assert with_shared_warm_start(bench, second, seed, bonus) == bonus  # nothing kept yet: its own
+    (Path(no_bonus.run_dir) / "warmstart").mkdir(parents=True)
+    (Path(no_bonus.run_dir) / "warmstart" / "progress.json").write_text("{}")
+    shared = with_shared_warm_start(bench, second, seed, bonus)
+    assert shared.warmstart.from_run == no_bonus.run_dir and shared.algorithm == bonus.algorithm
+    assert with_shared_warm_start(bench, first, 0, no_bonus) == no_bonus
+    assert with_shared_warm_start(bench, second, 1, bench.trials[3][2]).warmstart.from_run is None  # seed 1's
+    # a trial that finished without keeping its warm start is the same trial (it only lacks the copy)
+    write_trial(
+        msgspec.structs.replace(no_bonus, warmstart=msgspec.structs.replace(no_bonus.warmstart, save=False)),
+        {},
+        [],
+    )
+    assert finished(no_bonus)
+    rule = plan(parse_args(["--ablation", "observation_rule", "--quick", "--out", str(tmp_path / "r")]))
+    assert not any(c.warmstart.save for _, _, c in rule.trials)  # the rule changes the demonstrations too
+
+
 def test_a_bench_without_a_warm_start_is_refused(capsys):
     assert main(["--quick", "warmstart.enabled=false", "--report-only"]) == 2
     assert "warmstart.enabled" in capsys.readouterr().err

@@ -2,7 +2,8 @@
 
 The same `launch/train.py` that `make demo` runs in-process runs unchanged as a Ray job: real
 vLLM generator, DeepSpeed learner, environment pool, MCP gateway and the third-party calculator
-server. One step, two trajectories: it proves the path, not the learning.
+server. One step, two trajectories: it proves the path, not the learning. The job keeps its warm
+start (``warmstart.save``), and a second, in-process run starts from it (``warmstart.from_run``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
                 "train.steps=1",
                 "warmstart.demonstrations=2",
                 "warmstart.epochs=1",
+                "warmstart.save=true",
                 "rollout.group_size=2",
                 "rollout.tasks_per_step=1",
                 "train.eval_tasks_limit=2",
@@ -107,3 +109,53 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
     assert (run_dir / "trajectories" / "step_0001.jsonl").stat().st_size > 0
     assert list((run_dir / "wandb").glob("offline-run-*"))
     assert (run_dir / "checkpoint").is_dir()
+    assert (run_dir / "warmstart" / "progress.json").is_file()
+
+    # A second run from the job's warm start: no base eval nor warm start of its own, the job's
+    # rows reported as its own, and its RL step draws the job's step-1 tasks (the same position).
+    second = subprocess.run(
+        [
+            sys.executable,
+            "launch/train.py",
+            "--config",
+            "launch/configs/demo.yaml",
+            f"model.path={model_dir}",
+            f"domain.servers={servers}",
+            f"output_dir={tmp_path / 'runs'}",
+            "run_name=second",
+            f"warmstart.from_run={run_dir}",
+            "train.steps=1",
+            "warmstart.demonstrations=2",
+            "rollout.group_size=2",
+            "rollout.tasks_per_step=1",
+            "train.eval_tasks_limit=2",
+            "rollout.max_turns=2",
+            "rollout.max_new_tokens=48",
+            "wandb.mode=disabled",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
+    assert f"warm start from {run_dir / 'warmstart'}" in second.stdout
+    second_dir = tmp_path / "runs" / "second"
+
+    def rows(run: Path, phase: str) -> list[dict[str, object]]:
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in records if r["phase"] == phase]
+
+    for phase in ("eval/base", "warmstart", "eval/warmstart"):
+        assert rows(second_dir, phase) == rows(run_dir, phase) and rows(run_dir, phase)
+    assert (second_dir / "trajectories" / "eval_warmstart.jsonl").read_bytes() == (
+        run_dir / "trajectories" / "eval_warmstart.jsonl"
+    ).read_bytes()
+
+    def step_tasks(run: Path) -> set[str]:
+        lines = (run / "trajectories" / "step_0001.jsonl").read_text().splitlines()
+        return {json.loads(line)["task_id"] for line in lines}
+
+    assert step_tasks(second_dir) == step_tasks(run_dir)
+    assert "train: base_success=" in second.stdout and "warmstart_success=" in second.stdout

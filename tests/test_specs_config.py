@@ -303,3 +303,10 @@ def test_a_choice_field_reads_the_word_typed_and_lists_the_choices() -> None:
     assert load_run_config(None, ["algorithm.loss_agg=null"]).algorithm.loss_agg is None
     with pytest.raises(SpecError, match="expected one of: token-mean, seq-mean-token-mean"):
         load_run_config(None, ["algorithm.loss_agg=on"])
+
+
+def test_starting_from_another_runs_warm_start_is_refused_with_a_resume_or_without_a_warm_start() -> None:
+    assert load_run_config(None, ["warmstart.from_run=runs/first"]).warmstart.from_run == "runs/first"
+    for other in ("train.resume=auto", "warmstart.enabled=false"):
+        with pytest.raises(SpecError, match="warmstart.from_run starts a fresh run"):
+            load_run_config(None, ["warmstart.from_run=runs/first", other])

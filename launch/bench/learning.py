@@ -7,7 +7,9 @@ Each *trial* is one ordinary training run (``launch/train.py``'s ``train``, noth
 it): base eval -> warm start -> eval -> ``N`` GRPO steps (an eval every ``E`` of them) -> eval, all
 evals greedy on the config's eval split (plus ``train.eval_samples`` sampled episodes per task when
 set). Seeds ``0..K-1`` run each arm; every arm of a seed sees the same tasks, demonstrations and
-eval set. The bench then reads back what the runs wrote (their eval trajectories and step metrics,
+eval set, and the arms of an ablation start from one warm start per seed: the first arm's, kept
+(``warmstart.save``) and taken by the second (``warmstart.from_run``, ``launch.shared_warmstart``),
+so that they differ by their RL alone (the second runs its own when the first kept none). The bench then reads back what the runs wrote (their eval trajectories and step metrics,
 ``launch.bench.learning_report``) and reports, per arm, success with standard errors (over seeds
 and tasks, ``policies.stats.seeds_and_tasks_mean_and_stderr``), overall and per task group
 (``seen`` / ``heldout`` templates, from the task ids), the paired per-task difference RL minus warm
@@ -65,6 +67,9 @@ class Ablation:
     arms: tuple[Arm, Arm]
     common: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
+    shares_warm_start: bool = True
+    """The arms differ in their RL alone, so the second starts from the first's warm start of
+    the same seed (``warmstart.from_run``) instead of a warm start of its own."""
 
 
 OBSERVATION_RULE = ("rollout.observation_rule.keep_last_costly=1",)
@@ -101,6 +106,7 @@ ABLATIONS: dict[str, Ablation] = {
                 Arm("matched", OBSERVATION_RULE),
             ),
             metrics=("input_tokens",),
+            shares_warm_start=False,  # the demonstrations, too, run under the rollout's rule
         ),
         Ablation(
             "placement",
@@ -146,6 +152,8 @@ def plan(args: argparse.Namespace) -> Bench:
                 overrides.append(f"train.steps={args.steps}")
             if args.eval_every is not None:
                 overrides.append(f"train.eval_every={args.eval_every}")
+            if ablation and ablation.shares_warm_start and arm == arms[0]:
+                overrides.append("warmstart.save=true")
             cfg = load_run_config(args.config, overrides)
             if not cfg.warmstart.enabled:
                 raise SpecError(
@@ -158,19 +166,41 @@ def plan(args: argparse.Namespace) -> Bench:
 
 
 def finished(cfg: RunConfig) -> bool:
-    """Whether the trial of ``cfg`` finished with this config (where it logs, ``wandb``, aside)."""
+    """Whether the trial of ``cfg`` finished with this config (where it logs, ``wandb``, and
+    whether it kept its warm start, ``warmstart.save``, aside)."""
     import json
 
     from specs.config import to_dict
 
     def trained_by(config: dict[str, object]) -> dict[str, object]:
-        return {k: v for k, v in config.items() if k != "wandb"}
+        kept = {k: v for k, v in config.items() if k != "wandb"}
+        warm = kept.get("warmstart")
+        if isinstance(warm, dict):
+            kept["warmstart"] = {k: v for k, v in warm.items() if k != "save"}
+        return kept
 
     try:
         with open(os.path.join(cfg.run_dir, DONE)) as f:
             return bool(trained_by(json.load(f).get("config") or {}) == trained_by(to_dict(cfg)))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) -> RunConfig:
+    """``cfg``, starting from the first arm's warm start of ``seed`` when the ablation shares it
+    and that trial kept one (``warmstart.from_run``); else unchanged (its own warm start)."""
+    import msgspec
+
+    from launch.shared_warmstart import WARMSTART_DIR
+
+    if bench.ablation is None or not bench.ablation.shares_warm_start or arm == bench.arms[0]:
+        return cfg
+    first = next(c for a, s, c in bench.trials if a == bench.arms[0] and s == seed)
+    if not os.path.isfile(os.path.join(first.run_dir, WARMSTART_DIR, "progress.json")):
+        return cfg
+    return msgspec.structs.replace(
+        cfg, warmstart=msgspec.structs.replace(cfg.warmstart, from_run=first.run_dir)
+    )
 
 
 def run_trials(bench: Bench, verbose: bool) -> list[str]:
@@ -182,7 +212,8 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
     from specs.config import to_dict
 
     problems = []
-    for i, (arm, seed, cfg) in enumerate(bench.trials, 1):
+    for i, (arm, seed, planned) in enumerate(bench.trials, 1):
+        cfg = with_shared_warm_start(bench, arm, seed, planned)
         if finished(cfg):
             print(
                 f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir})", flush=True
