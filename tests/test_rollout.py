@@ -7,6 +7,7 @@ over stdio, token-exact recording, MCP-Universe evaluators against the live envi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -68,9 +69,13 @@ async def run_pipeline(
     retries: int = 0,
     group_timeout_s: float | None = None,
     limits: EpisodeLimits | None = None,
+    gateway: McpGateway | None = None,
 ) -> tuple[list[Any], RolloutPipeline, EnvPool]:
+    """``gateway``: the caller's (to read its stats); else one of its own for the batch."""
     pool = EnvPool(make_backend(backend, tmp_path / "envs"), run_id(), max_live=3)
-    async with McpGateway.running() as gateway:
+    async with contextlib.AsyncExitStack() as stack:
+        if gateway is None:
+            gateway = await stack.enter_async_context(McpGateway.running())
         pipeline = RolloutPipeline(
             pool=pool,
             gateway=gateway,
@@ -99,7 +104,11 @@ async def test_expert_groups_run_end_to_end_and_score_one(
 ) -> None:
     monkeypatch.chdir(REPO)
     tasks = load_tasks(DOMAIN / "tasks" / "train.json")[:2]
-    groups, pipeline, pool = await run_pipeline(tmp_path, tokenizer, tasks, group_size=2, backend=backend)
+    async with McpGateway.running() as gateway:
+        groups, pipeline, pool = await run_pipeline(
+            tmp_path, tokenizer, tasks, group_size=2, backend=backend, gateway=gateway
+        )
+        servers = gateway.stats()
     assert sorted(g.task_id for g in groups) == sorted(t.instance_id for t in tasks)
     trajectories = [t for g in groups for t in g.trajectories]
     assert all(g.dropped is None for g in groups)
@@ -116,6 +125,9 @@ async def test_expert_groups_run_end_to_end_and_score_one(
     assert m.acquire_wait_s > 0  # one acquire worker for four trajectories: they queued
     stats = pool.stats()
     assert stats["live"] == 0 and stats["reused"] >= 1  # environments were reset and reused
+    # The calculator is keep_alive: a reused env keeps its server, except where a reset restarts all.
+    kept = 0 if backend == "docker" else stats["reused"]
+    assert (servers["servers_kept"], servers["servers_started"]) == (kept, 4 - kept)
 
 
 async def test_wrong_answers_are_scored_zero_not_dropped(
