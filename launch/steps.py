@@ -115,7 +115,7 @@ def step_samples(cfg: RunConfig, complete: Sequence[Sequence[Trajectory]]) -> li
     the reasoning family (``algorithm.reasoning_reward``)."""
     algo = cfg.algorithm
     if algo.returns == "adoption":  # one row per segment, not per step: the same update, faster
-        return adoption_samples(complete, eps=algo.eps, pack=True)
+        return adoption_samples(complete, eps=algo.eps, pack=True, band=algo.band)
     return rl_samples(
         complete,
         std_normalize=algo.normalize_std,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from policies.adoption_advantages import step_advantages_with_bonus
-from policies.advantages import group_advantages, keep_groups
+from policies.advantages import group_advantages, keep_groups, success_rate
 from policies.types import TrainSample
 from specs.trajectory import Score, Trajectory
 
@@ -108,7 +108,11 @@ def _family(t: Trajectory, score: Score, family: Literal["task", "tool", "reason
 
 
 def adoption_samples(
-    groups: Iterable[Sequence[Trajectory]], *, eps: float = 1e-6, pack: bool = False
+    groups: Iterable[Sequence[Trajectory]],
+    *,
+    eps: float = 1e-6,
+    pack: bool = False,
+    band: tuple[float, float] | None = None,
 ) -> list[TrainSample]:
     """Tool-adoption training (paper 002, §5.1): one sample per model turn (step).
 
@@ -116,7 +120,10 @@ def adoption_samples(
     group and divided by its number of steps ``T``; each step's tool bonus is added *after* the
     normalisation (Eq. 4, ``policies.adoption_advantages``). Step ``t``'s sample is the conversation
     up to the end of turn ``t`` (within its rendering segment) with only turn ``t``'s tokens
-    trainable. Steps with advantage 0 are left out.
+    trainable. Steps with advantage 0 are left out. With ``band`` (paper 002, Table 6: the
+    accuracy filter (0.05, 0.95)), groups whose success rate is not strictly inside it are left out:
+    in an all-fail group the z-score would blow the length penalty's tie-breaker up to a full-size
+    signal toward shorter episodes, i.e. toward answering without the tool.
 
     ``pack``: the steps of one rendering segment share one row instead, each turn's tokens carrying
     its own advantage (``TrainSample.token_advantages``) and its own sequence index
@@ -127,7 +134,7 @@ def adoption_samples(
     samples: list[TrainSample] = []
     for group in groups:
         group = list(group)
-        adoption = []
+        adoption, successes = [], []
         for t in group:
             score = _score(t, "adoption_samples")
             if score.adoption is None:
@@ -136,6 +143,9 @@ def adoption_samples(
                     "the Evaluator computes it only with algorithm.returns: adoption"
                 )
             adoption.append(score.adoption)
+            successes.append(1.0 if score.success else 0.0)
+        if band is not None and not band[0] < success_rate(successes) < band[1]:
+            continue
         per_step = step_advantages_with_bonus(adoption, eps=eps)
         for t, advantages in zip(group, per_step, strict=True):
             samples.extend(_packed_step_samples(t, advantages) if pack else _step_samples(t, advantages))

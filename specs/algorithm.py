@@ -41,8 +41,9 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] | None = None
     """How per-token losses become the step loss (``null``: by ``type``)."""
     group_band: tuple[float, float] | None = None
-    """Keep only groups whose success rate is strictly inside this band (``null``: by ``type``;
-    ``dapo``: (0, 1), i.e. drop all-fail and all-pass groups)."""
+    """Keep only groups whose success rate is strictly inside this band (``null``: by ``type`` and
+    ``returns``: ``dapo``: (0, 1), i.e. drop all-fail and all-pass groups; ``returns: adoption``:
+    paper 002's accuracy filter (0.05, 0.95), Table 6; else none)."""
     eps: float = 1e-6
     """Added to the group standard deviation so equal rewards give advantage 0, not NaN."""
     attribution: Literal["integrated", "masked"] = "integrated"
@@ -91,9 +92,11 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     @property
     def band(self) -> tuple[float, float] | None:
-        return (
-            self.group_band if self.group_band is not None else ((0.0, 1.0) if self.type == "dapo" else None)
-        )
+        if self.group_band is not None:
+            return self.group_band
+        if self.type == "dapo":
+            return (0.0, 1.0)
+        return (0.05, 0.95) if self.returns == "adoption" else None
 
     @property
     def needs_reference_model(self) -> bool:

@@ -389,7 +389,9 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             )
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 (0 makes async placement alternate like colocated)")
-        if self.warmstart.from_run is not None and (self.train.resume is not None or not self.warmstart.enabled):
+        if self.warmstart.from_run is not None and (
+            self.train.resume is not None or not self.warmstart.enabled
+        ):
             raise ValueError(
                 "warmstart.from_run starts a fresh run from another run's warm start: it needs "
                 "warmstart.enabled and no train.resume (a resumed run has its own warm start already)"

@@ -10,6 +10,7 @@ import pytest
 
 from launch.tasks import TaskStream
 from policies.batch import adoption_samples, demonstration_samples, rl_samples
+from specs.config import load_run_config
 from specs.trajectory import AdoptionScore, Score, ToolCallRecord, Trajectory, Verdict
 
 
@@ -241,6 +242,22 @@ def test_a_packed_row_leaves_a_step_of_advantage_zero_untrainable() -> None:
     (row, _) = adoption_samples([group], pack=True)  # equal returns: only the bonus of step 1 is left
     assert row.token_ids == [10, 11, 12, 13] and row.trainable == [0, 0, 1, 1]
     assert row.token_advantages == [0.0, 0.0, 0.1, 0.1]
+
+
+def test_the_accuracy_filter_leaves_out_the_all_fail_groups_of_adoption_returns() -> None:
+    """All-fail: returns -1.025 (2 steps) and -1.05 (4 steps, T_max 4) differ only by the length
+    tie-breaker, which the z-score would turn into advantages of +-0.7/T toward the shorter one."""
+    won = AdoptionScore(shaped_return=0.975, steps=2, step_bonus=(0.0, 0.0))
+    short = AdoptionScore(shaped_return=-1.025, steps=2, step_bonus=(0.0, 0.0))
+    long = AdoptionScore(shaped_return=-1.05, steps=2, step_bonus=(0.0, 0.0))
+    mixed = [two_turns("m", won, ((True, False),)), two_turns("m", short, ((True, False),))]
+    failed = [two_turns("f", short, ((True, False),)), two_turns("f", long, ((True, False),))]
+    unfiltered = adoption_samples([mixed, failed])
+    assert len(unfiltered) == 8  # 2 steps x 4 trajectories: the all-fail group trains too
+    kept = adoption_samples([mixed, failed], band=(0.05, 0.95))
+    assert len(kept) == 4 and kept == adoption_samples([mixed])
+    assert load_run_config(None, ["algorithm.returns=adoption"]).algorithm.band == (0.05, 0.95)
+    assert load_run_config(None, []).algorithm.band is None
 
 
 def scored(group: str, reward: float, **families: float) -> Trajectory:
