@@ -109,10 +109,10 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
 
 def step_samples(cfg: RunConfig, complete: Sequence[Sequence[Trajectory]]) -> list[TrainSample]:
     """One step's learner samples from its complete groups' scores: tool-adoption step samples
-    (``algorithm.returns: adoption``, packed one row per segment) or
-    GRPO-family samples, whose action stream learns from the
-    tool family (``algorithm.tool_reward``) or the task outcome, and whose reasoning stream from
-    the reasoning family (``algorithm.reasoning_reward``)."""
+    (``algorithm.returns: adoption``, packed one row per segment, groups outside ``algorithm.band``
+    left out) or GRPO-family samples, whose action stream learns from the tool family
+    (``algorithm.tool_reward``) or the task outcome, and whose reasoning stream from the reasoning
+    family (``algorithm.reasoning_reward``)."""
     algo = cfg.algorithm
     if algo.returns == "adoption":  # one row per segment, not per step: the same update, faster
         return adoption_samples(complete, eps=algo.eps, pack=True, band=algo.band)

@@ -28,11 +28,12 @@ Processes are marked as on the local backend (``MCPRL_ENV_ID`` in their environm
 inherit it), so ``reset``/``destroy`` find them; killing a sandbox's outer ``bwrap`` takes its whole
 pid namespace down (``--die-with-parent`` kills the namespace's init, and the kernel kills every
 process of a namespace whose init dies). A ``keep_alive`` server's sandbox also carries
-``MCPRL_KEEP_ALIVE``: ``reset`` spares it, whole, and empties the bound directories in place. ``--die-with-parent`` also ends a sandbox when the
-process that started it dies, so a crashed gateway leaves none behind, with one gap seen here: an
-owner that dies within milliseconds of the spawn (before bwrap armed the signal in its child) can
-orphan the sandbox; it still carries the marker, so the reaper's ``destroy`` kills it. The signal
-tracks the parent *thread*: start sandboxes from the event loop thread, never a worker thread.
+``MCPRL_KEEP_ALIVE``: ``reset`` spares it, whole, and empties the bound directories in place.
+``--die-with-parent`` also ends a sandbox when the process that started it dies, so a crashed
+gateway leaves none behind, with one gap seen here: an owner that dies within milliseconds of the
+spawn (before bwrap armed the signal in its child) can orphan the sandbox; it still carries the
+marker, so the reaper's ``destroy`` kills it. The signal tracks the parent *thread*: start
+sandboxes from the event loop thread, never a worker thread.
 
 No ``--clearenv``: it would force a server's secrets onto bwrap's command line, which any user can
 read in ``/proc/<pid>/cmdline`` and which ``ServerLaunch``'s repr prints. Instead the sandbox
