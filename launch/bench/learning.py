@@ -9,7 +9,8 @@ evals greedy on the config's eval split (plus ``train.eval_samples`` sampled epi
 set). Seeds ``0..K-1`` run each arm; every arm of a seed sees the same tasks, demonstrations and
 eval set, and the arms of an ablation start from one warm start per seed: the first arm's, kept
 (``warmstart.save``) and taken by the second (``warmstart.from_run``, ``launch.shared_warmstart``),
-so that they differ by their RL alone (the second runs its own when the first kept none). The bench then reads back what the runs wrote (their eval trajectories and step metrics,
+so that they differ by their RL alone (the second runs its own when the first kept none). The
+bench then reads back what the runs wrote (their eval trajectories and step metrics,
 ``launch.bench.learning_report``) and reports, per arm, success with standard errors (over seeds
 and tasks, ``policies.stats.seeds_and_tasks_mean_and_stderr``), overall and per task group
 (``seen`` / ``heldout`` templates, from the task ids), the paired per-task difference RL minus warm
@@ -191,12 +192,13 @@ def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) ->
     and that trial kept one (``warmstart.from_run``); else unchanged (its own warm start)."""
     import msgspec
 
+    from launch.checkpoints import PROGRESS
     from launch.shared_warmstart import WARMSTART_DIR
 
     if bench.ablation is None or not bench.ablation.shares_warm_start or arm == bench.arms[0]:
         return cfg
     first = next(c for a, s, c in bench.trials if a == bench.arms[0] and s == seed)
-    if not os.path.isfile(os.path.join(first.run_dir, WARMSTART_DIR, "progress.json")):
+    if not os.path.isfile(os.path.join(first.run_dir, WARMSTART_DIR, PROGRESS)):
         return cfg
     return msgspec.structs.replace(
         cfg, warmstart=msgspec.structs.replace(cfg.warmstart, from_run=first.run_dir)
