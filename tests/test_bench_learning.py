@@ -257,3 +257,32 @@ def test_trials_run_once_and_an_interrupted_one_starts_afresh(tmp_path, monkeypa
     assert ran == ["grpo-s1", "grpo-s2", "grpo-s3"]  # seed 0 was done
     assert problems == ["grpo seed 1: RuntimeError: generator died"]
     assert (tmp_path / "grpo-s2" / DONE).exists() and not (tmp_path / "grpo-s1" / DONE).exists()
+
+
+def test_a_trial_records_its_code_and_a_reuse_under_other_code_says_so(tmp_path, monkeypatch, capsys):
+    import launch.bench.learning as learning
+    import launch.train
+
+    async def fake_train(cfg, verbose=False):
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        return 0
+
+    monkeypatch.setattr(launch.train, "train", fake_train)
+    monkeypatch.setattr(learning, "code_version", lambda: "abc123")
+    bench = plan(parse_args(["--seeds", "1", "--out", str(tmp_path)]))
+    assert learning.run_trials(bench, verbose=False) == []
+    assert json.loads((tmp_path / "grpo-s0" / DONE).read_text())["code"] == "abc123"
+
+    assert learning.run_trials(bench, verbose=False) == []  # same code: reused without a word
+    assert "done before" in capsys.readouterr().out
+    monkeypatch.setattr(learning, "code_version", lambda: "def456+changes")
+    assert learning.run_trials(bench, verbose=False) == []  # other code: still reused, and said
+    out = capsys.readouterr().out
+    assert "it ran code abc123, this is def456+changes" in out and "delete that directory" in out
+
+
+def test_code_version_names_this_checkout():
+    from launch.bench.learning import code_version
+
+    version = code_version()
+    assert version == "unknown" or len(version.split("+")[0]) == 12

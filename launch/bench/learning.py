@@ -49,8 +49,9 @@ from specs.config import RunConfig, load_run_config  # noqa: E402  (no ML import
 from specs.errors import SpecError  # noqa: E402
 
 DONE = "trial.json"
-"""Written into a trial's run directory once its run finished, with its config: the bench does not
-run it again while the config is the same (``finished``)."""
+"""Written into a trial's run directory once its run finished, with its config and the code it ran
+(``code_version``): the bench does not run it again while the config is the same (``finished``), and
+says so when the code has changed since."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,39 @@ def finished(cfg: RunConfig) -> bool:
         return False
 
 
+def code_version() -> str:
+    """The commit the bench runs (``+changes`` when tracked files differ from it); ``unknown``
+    outside a git checkout."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise OSError(done.stderr.strip())
+        return done.stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+changes" if changed else "")
+
+
+def recorded_code(cfg: RunConfig) -> str | None:
+    """The code version a finished trial recorded (None for a trial from before it was kept)."""
+    import json
+
+    try:
+        with open(os.path.join(cfg.run_dir, DONE)) as f:
+            code = json.load(f).get("code")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return code if isinstance(code, str) else None
+
+
 def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) -> RunConfig:
     """``cfg``, starting from the first arm's warm start of ``seed`` when the ablation shares it
     and that trial kept one (``warmstart.from_run``); else unchanged (its own warm start)."""
@@ -214,11 +248,18 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
     from specs.config import to_dict
 
     problems = []
+    code = code_version()
     for i, (arm, seed, planned) in enumerate(bench.trials, 1):
         cfg = with_shared_warm_start(bench, arm, seed, planned)
         if finished(cfg):
+            ran = recorded_code(cfg)
+            since = "" if ran == code else f"; it ran code {ran or 'unrecorded'}, this is {code}"
             print(
-                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir})", flush=True
+                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir}{since};"
+                " delete that directory to run it again)"
+                if since
+                else f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir})",
+                flush=True,
             )
             continue
         print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: {cfg.run_dir}", flush=True)
@@ -230,7 +271,8 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
             print(f"trial failed: {problems[-1]}", file=sys.stderr, flush=True)
             continue
         with open(os.path.join(cfg.run_dir, DONE), "wb") as f:
-            f.write(msgspec.json.encode({"arm": arm.name, "seed": seed, "config": to_dict(cfg)}))
+            record = {"arm": arm.name, "seed": seed, "code": code, "config": to_dict(cfg)}
+            f.write(msgspec.json.encode(record))
     return problems
 
 
