@@ -12,6 +12,8 @@ and an observation. Failure semantics (see the failure model in ARCHITECTURE.md)
 - server died (connection closed, or it stops answering pings after an unexpected error): the
   environment is marked broken and every further call to that server returns ``server_died``; the
   rollout ends the trajectory as failed-by-infrastructure.
+- limits: when the environment hit its memory or process limit this episode
+  (``Provisioner.limits_hit``), the observation of a death or a stopped server says so.
 """
 
 from __future__ import annotations
@@ -75,8 +77,27 @@ async def after_deadline(
     kill(state, srv, state.broken)
     return (
         f"{limit}: the call was cancelled and server {srv.name!r} was stopped (it restarts on the "
-        "next call, with its state lost)."
+        f"next call, with its state lost).{await limits_note(state)}"
     )
+
+
+async def limits_note(state: EnvState) -> str:
+    """`` The environment hit ...`` when it hit a resource limit this episode (the likely cause of a
+    death or a stall), else ``""``."""
+    try:
+        hit = await state.provisioner.limits_hit(state.info)
+    except Exception:  # a note is a courtesy: never let it hide the failure it explains
+        logger.exception("env %s: its limit counters could not be read", state.info.env_id)
+        return ""
+    set_to = state.info.data.get("limits") or {}
+    said = []
+    if hit.get("memory"):
+        cap = f" of {set_to['memory_mb']} MB" if set_to.get("memory_mb") else ""
+        said.append(f"its memory limit{cap} ({hit['memory']} process(es) killed by the kernel)")
+    if hit.get("pids"):
+        cap = f" of {set_to['pids']}" if set_to.get("pids") else ""
+        said.append(f"its process limit{cap} ({hit['pids']} process start(s) refused)")
+    return f" The environment hit {' and '.join(said)}." if said else ""
 
 
 async def classify_failure(state: EnvState, srv: ServerState, name: str, e: Exception) -> tuple[str, str]:
@@ -103,7 +124,8 @@ async def classify_failure(state: EnvState, srv: ServerState, name: str, e: Exce
         name,
         srv.stderr_tail(),
     )
-    return f"MCP server {srv.name!r} died while running {name} ({describe(e)}).", "server_died"
+    note = await limits_note(state)
+    return f"MCP server {srv.name!r} died while running {name} ({describe(e)}).{note}", "server_died"
 
 
 async def run_call(

@@ -68,11 +68,16 @@ class EnvPoolConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Destroy an environment this many seconds after its creation instead of reusing it; ``null``:
     no limit."""
     memory_mb: int | None = None
-    """Memory limit per environment (docker; ``null``: the backend's default, 2048)."""
+    """Memory limit per environment, no swap beyond it (docker, bwrap; ``null``: the backend's
+    default, 2048). bwrap enforces its limits with a cgroup per environment where this process may
+    make one (root, or a delegated cgroup v2), else with rlimits, per process (``RLIMIT_AS``) and
+    with a warning; the local backend has none."""
     cpus: float | None = None
-    """CPU limit per environment, in cores (docker; ``null``: none)."""
+    """CPU limit per environment, in cores (docker, bwrap with a cgroup; ``null``: none)."""
     pids: int | None = None
-    """Most processes per environment (docker; ``null``: the backend's default, 512)."""
+    """Most processes per environment (docker, bwrap with a cgroup; ``null``: the backend's
+    default, 512). A tool that forks past it gets an error from ``fork``; the observation of a
+    server killed at a limit says which limit it hit."""
     network: bool = False
     """Let environments reach the network (docker only; bwrap and docker are offline by default)."""
 

@@ -74,3 +74,42 @@ async def test_create_refuses_container_images_and_network(provisioner: BwrapPro
     with pytest.raises(EnvError, match="network"):
         await provisioner.create(EnvConfig(network=True), "test-run")
     assert await provisioner.list_owned(None) == []
+
+
+@pytest.mark.anyio
+async def test_an_environment_has_cgroups_of_its_own_with_its_limits_removed_with_it(tmp_path: Path) -> None:
+    from actors.provisioners.limits import find_cgroups
+
+    if find_cgroups() is None:
+        pytest.skip("no writable cgroup here: bwrap environments use rlimits (the next test)")
+    provisioner = BwrapProvisioner(tmp_path / "envs", memory_mb=300, pids=40)
+    with anyio.fail_after(30):
+        async with environment(provisioner, EnvConfig(cpus=0.5)) as env:
+            groups = [Path(g) for g in env.data["cgroups"]]
+            assert groups and all(g.name == env.env_id and g.is_dir() for g in groups)
+            assert env.data["limits"] == {"memory_mb": 300, "pids": 40, "cpus": 0.5}
+            shown = await EnvHandle(env, provisioner).run(["cat", "/proc/self/cgroup"])
+            assert shown.returncode == 0
+            names = ("pids.max", "memory.max", "memory.limit_in_bytes", "cpu.cfs_quota_us", "cpu.max")
+            written = {n: (g / n).read_text().strip() for g in groups for n in names if (g / n).exists()}
+            assert written.get("pids.max") == "40"
+            assert str(300 * 1024 * 1024) in (written.get("memory.max"), written.get("memory.limit_in_bytes"))
+            assert "50000" in (written.get("cpu.cfs_quota_us", ""), written.get("cpu.max", "").split(" ")[0])
+            assert await provisioner.limits_hit(env) == {"memory": 0, "pids": 0}
+        assert not any(g.exists() for g in groups)  # destroy removed them
+
+
+@pytest.mark.anyio
+async def test_without_cgroups_the_memory_limit_holds_per_process_through_rlimits(tmp_path: Path) -> None:
+    if shutil.which("prlimit") is None:
+        pytest.skip("util-linux's prlimit is not installed")
+    provisioner = BwrapProvisioner(tmp_path / "envs", memory_mb=512, cgroups=False)
+    with anyio.fail_after(30):
+        async with environment(provisioner) as env:
+            assert env.data["cgroups"] == []
+            handle = EnvHandle(env, provisioner)
+            hog = await handle.run(["python3", "-c", "bytearray(1024 ** 3)"])
+            assert hog.returncode != 0 and "MemoryError" in hog.stderr
+            fits = await handle.run(["python3", "-c", "print(len(bytearray(64 * 1024 ** 2)))"])
+            assert (fits.returncode, fits.stdout.strip()) == (0, str(64 * 1024**2))
+            assert await provisioner.limits_hit(env) == {}

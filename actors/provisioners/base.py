@@ -43,6 +43,11 @@ class Provisioner(Protocol):
     ) -> ExecResult:
         """Run a command inside the environment, in its working directory."""
 
+    async def limits_hit(self, env: EnvInfo) -> dict[str, int]:
+        """How often the environment hit a resource limit since its last reset, by limit (``memory``:
+        processes killed for it; ``pids``: process starts refused); empty where the backend does
+        not count them."""
+
     def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
         """The command line that runs ``server`` inside ``env`` with stdio crossing the boundary."""
 

@@ -20,9 +20,14 @@ its own fresh ``bwrap`` sandbox, and all of them share the environment's files:
 - network: only loopback, and each sandbox has its *own* loopback: no egress, no host ports, and
   two processes of one environment do not share ports either.
 
-This is isolation by Linux namespaces, not a virtual machine: the sandbox shares the host kernel,
-and there are no memory, CPU or pid limits (``EnvConfig.memory_mb``/``cpus``/``pids`` are not
-enforced here; a warning says so). Images (``image``, ``dockerfile_path``) need the docker backend.
+This is isolation by Linux namespaces, not a virtual machine: the sandbox shares the host kernel.
+Limits (``memory_mb``, default 2048; ``pids``, default 512; ``cpus``, default none; an
+``EnvConfig`` that sets one wins) hold for the whole environment: it gets a cgroup of its own
+(v2, or v1 where the controllers live there) and every sandbox starts inside it, so a memory hog
+or a fork bomb in a tool ends or stalls that environment only; ``limits_hit`` says which limit it
+hit. Without a writable cgroup (no root, no delegation) they fall back to rlimits, per process and
+weaker, with a warning (``actors.provisioners.limits``). Images (``image``, ``dockerfile_path``)
+need the docker backend.
 
 Processes are marked as on the local backend (``MCPRL_ENV_ID`` in their environment; children
 inherit it), so ``reset``/``destroy`` find them; killing a sandbox's outer ``bwrap`` takes its whole
@@ -60,9 +65,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import psutil
 
 from actors.errors import EnvError
+from actors.provisioners import limits
+from actors.provisioners.limits import Limits
 from actors.provisioners.local import (
     ENV_MARKER,
     LocalProvisioner,
@@ -73,6 +81,7 @@ from actors.provisioners.local import (
     killpg,
     marked_processes,
     run_with_deadline,
+    write_label,
 )
 from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
 
@@ -105,10 +114,12 @@ def default_root() -> Path:
 class BwrapProvisioner(LocalProvisioner):
     """Environments as host dirs (the local layout); every process in its own bubblewrap sandbox.
 
-    ``ro_binds`` (host paths, bound read-only at the same path) and ``tmp_size_mb`` (the size cap of
-    each sandbox's ``/tmp``) are recorded in the ``EnvInfo`` at ``create``, so a default
-    ``BwrapProvisioner()`` in another process (the gateway's, through ``make_provisioner``) builds
-    the same sandboxes."""
+    ``ro_binds`` (host paths, bound read-only at the same path), ``tmp_size_mb`` (the size cap of
+    each sandbox's ``/tmp``) and the environment's limits and cgroups are recorded in the
+    ``EnvInfo`` at ``create``, so a default ``BwrapProvisioner()`` in another process (the
+    gateway's, through ``make_provisioner``) builds the same sandboxes. The limits here are
+    defaults; an ``EnvConfig`` that sets one wins for its environments. ``cgroups=False`` uses
+    rlimits even where a cgroup could be made."""
 
     name = "bwrap"
 
@@ -118,10 +129,16 @@ class BwrapProvisioner(LocalProvisioner):
         *,
         ro_binds: Sequence[str] = (),
         tmp_size_mb: int = 1024,
+        memory_mb: int | None = 2048,
+        pids: int | None = 512,
+        cpus: float | None = None,
+        cgroups: bool = True,
     ) -> None:
         super().__init__(root if root is not None else default_root())
         self.ro_binds = tuple(os.path.abspath(p) for p in ro_binds)
         self.tmp_size_mb = tmp_size_mb
+        self.memory_mb, self.pids, self.cpus = memory_mb, pids, cpus
+        self.cgroups = cgroups
 
     async def create(self, config: EnvConfig, run_id: str) -> EnvInfo:
         bwrap_path()  # fail at create, with the fix, rather than at the first server start
@@ -132,21 +149,54 @@ class BwrapProvisioner(LocalProvisioner):
             raise EnvError(f"bwrap backend cannot run container images ({refused}); use the docker backend")
         if config.network:
             raise EnvError("bwrap backend has no network egress (EnvConfig.network=True); use docker")
-        unenforced = {k: v for k in ("memory_mb", "cpus", "pids") if (v := getattr(config, k)) is not None}
-        if unenforced:
-            logger.warning("bwrap backend does not enforce resource limits %s", unenforced)
-        return await super().create(config, run_id)
+        info = await super().create(config, run_id)
+        wanted = Limits(
+            memory_mb=config.memory_mb or self.memory_mb,
+            pids=config.pids or self.pids,
+            cpus=config.cpus or self.cpus,
+        )
+        try:
+            groups = await anyio.to_thread.run_sync(self._make_groups, info.env_id, wanted)
+            info = msgspec.structs.replace(
+                info, data=info.data | {"limits": msgspec.to_builtins(wanted), "cgroups": groups}
+            )
+            await anyio.to_thread.run_sync(write_label, Path(info.data["env_dir"]), msgspec.json.encode(info))
+        except OSError as e:
+            await self.destroy(info)
+            raise EnvError(
+                f"bwrap env {info.env_id}: cannot set its limits ({wanted.describe()}): {e}"
+            ) from e
+        return info
+
+    def _make_groups(self, env_id: str, wanted: Limits) -> list[str]:
+        cgroups = limits.find_cgroups() if self.cgroups and wanted else None
+        weak = limits.unenforced(wanted, cgroups is not None)
+        if weak:
+            logger.warning("bwrap env %s: limits not enforced here: %s", env_id, weak.describe())
+        return cgroups.create(env_id, wanted) if cgroups is not None else []
 
     def spec(self) -> dict[str, Any]:
-        return {"root": str(self.root), "ro_binds": list(self.ro_binds), "tmp_size_mb": self.tmp_size_mb}
+        return {
+            "root": str(self.root),
+            "ro_binds": list(self.ro_binds),
+            "tmp_size_mb": self.tmp_size_mb,
+            "memory_mb": self.memory_mb,
+            "pids": self.pids,
+            "cpus": self.cpus,
+            "cgroups": self.cgroups,
+        }
 
     def _env_data(self) -> dict[str, Any]:
         return {"ro_binds": list(self.ro_binds), "tmp_size_mb": self.tmp_size_mb}
 
     async def reset(self, env: EnvInfo) -> None:
-        """Kill every sandbox of the environment but its ``keep_alive`` servers'; empty its directories."""
+        """Kill every sandbox of the environment but its ``keep_alive`` servers'; empty its
+        directories; count its limit hits from here on (``limits_hit``)."""
         await anyio.to_thread.run_sync(kill_env_processes, env.env_id, True)
         await super().reset(env)
+        if groups := groups_of(env):
+            seen = await anyio.to_thread.run_sync(limits.hits, groups)
+            await anyio.to_thread.run_sync(_write_hits_base, env, seen)
 
     async def health_check(self, env: EnvInfo) -> bool:
         """The directories are intact and a sandbox still starts (namespaces can run out)."""
@@ -163,7 +213,18 @@ class BwrapProvisioner(LocalProvisioner):
 
     async def destroy(self, env: EnvInfo) -> None:
         await anyio.to_thread.run_sync(kill_env_processes, env.env_id)
+        await anyio.to_thread.run_sync(limits.remove, groups_of(env))
         await super().destroy(env)
+
+    async def limits_hit(self, env: EnvInfo) -> dict[str, int]:
+        """How often the environment hit its ``memory`` limit (processes the kernel killed) and its
+        ``pids`` limit (forks refused) since its last reset; empty without a cgroup."""
+        groups = groups_of(env)
+        if not groups:
+            return {}
+        now = await anyio.to_thread.run_sync(limits.hits, groups)
+        base = await anyio.to_thread.run_sync(_read_hits_base, env)
+        return {k: v - base.get(k, 0) for k, v in now.items()}
 
     async def list_owned(self, run_id: str | None = None) -> list[EnvInfo]:
         return [env for env in await super().list_owned(run_id) if env.backend == self.name]
@@ -177,7 +238,7 @@ class BwrapProvisioner(LocalProvisioner):
             raise EnvError(f"bwrap env {env.env_id}: exec needs a command, got an empty argv")
         await anyio.to_thread.run_sync(checked_dir, env)
         args = await anyio.to_thread.run_sync(sandbox_args, env, argv[0], env.workdir, {})
-        command = [bwrap_path(), *args, "--", *argv]
+        command = limited(env, [bwrap_path(), *args, "--", *argv])
         return await run_with_deadline(
             command,
             env=env,
@@ -194,13 +255,40 @@ class BwrapProvisioner(LocalProvisioner):
         cwd = str(Path(env.workdir) / server.cwd) if server.cwd else env.workdir
         server_env = dict(server.env) | keep_marker(server)
         args = sandbox_args(env, server.command, cwd, server_env)
+        command = limited(env, [bwrap_path(), *args, "--", server.command, *server.args])
         return ServerLaunch(
             name=server.name,
-            command=bwrap_path(),
-            args=(*args, "--", server.command, *server.args),
+            command=command[0],
+            args=tuple(command[1:]),
             env=server_env | {ENV_MARKER: env.env_id},
             cwd=env.workdir,
         )
+
+
+def groups_of(env: EnvInfo) -> list[str]:
+    """The environment's cgroup directories (recorded at ``create``)."""
+    return [str(g) for g in env.data.get("cgroups") or []]
+
+
+HITS_BASE = "limits_base.json"
+"""The limit counters at the environment's last reset, beside its label."""
+
+
+def _write_hits_base(env: EnvInfo, seen: dict[str, int]) -> None:
+    (Path(env.data["env_dir"]) / HITS_BASE).write_bytes(msgspec.json.encode(seen))
+
+
+def _read_hits_base(env: EnvInfo) -> dict[str, int]:
+    try:
+        return msgspec.json.decode((Path(env.data["env_dir"]) / HITS_BASE).read_bytes(), type=dict[str, int])
+    except (OSError, msgspec.DecodeError):
+        return {}
+
+
+def limited(env: EnvInfo, command: list[str]) -> list[str]:
+    """``command`` (a bwrap) started inside the environment's cgroups, or under its rlimits."""
+    wanted = msgspec.convert(env.data.get("limits") or {}, Limits)
+    return limits.wrap(command, groups_of(env), wanted) if wanted else command
 
 
 @functools.cache  # a failure raises, and is not cached: installing bwrap later works

@@ -209,6 +209,29 @@ class DockerProvisioner:
         except Exception as e:
             raise EnvError(f"docker env {env.env_id}: exec of {argv[0]!r} failed: {short(e)}") from e
 
+    async def limits_hit(self, env: EnvInfo) -> dict[str, int]:
+        """The container's own cgroup event files (``limits.EVENT_FILES``, v2 or v1 layout), read
+        from inside it (a reset restarts the container, so they count from there); empty when that
+        exec fails (as it can at the pids limit)."""
+        from actors.provisioners.limits import EVENT_FILES, tally
+
+        paths = [f"/sys/fs/cgroup/{n}" for n in EVENT_FILES]
+        paths += [f"/sys/fs/cgroup/{n.split('.')[0]}/{n}" for n in EVENT_FILES]
+        show = 'for f in "$@"; do [ -r "$f" ] && { echo "# ${f##*/}"; cat "$f"; }; done; true'
+        try:
+            result = await self.exec(env, ["sh", "-c", show, "sh", *paths], timeout_s=10.0)
+        except EnvError:
+            return {}
+        if result.returncode != 0:
+            return {}
+        texts: list[tuple[str, str]] = []
+        for line in result.stdout.splitlines():
+            if line.startswith("# "):
+                texts.append((line[2:], ""))
+            elif texts:
+                texts[-1] = (texts[-1][0], texts[-1][1] + line + "\n")
+        return tally(texts)
+
     def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
         """The bridge ``actors/provisioners/docker_attach.py`` (on the host): an attached exec of the
         server whose stdio is the bridge's. The server's variables travel in the bridge's

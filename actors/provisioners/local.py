@@ -110,6 +110,9 @@ class LocalProvisioner:
     async def health_check(self, env: EnvInfo) -> bool:
         return await anyio.to_thread.run_sync(dir_healthy, env)
 
+    async def limits_hit(self, env: EnvInfo) -> dict[str, int]:
+        return {}  # no limits here (bwrap overrides this)
+
     async def destroy(self, env: EnvInfo) -> None:
         await anyio.to_thread.run_sync(kill_marked_processes, env.env_id)
         await anyio.to_thread.run_sync(_remove_env_dir, env)
@@ -184,7 +187,11 @@ def checked_dir(env: EnvInfo) -> Path:
 def make_env_dir(env_dir: Path, label: bytes) -> None:
     for sub in _SUBDIRS:
         (env_dir / sub).mkdir(parents=True)
-    # Written last and atomically: a label on disk means a complete environment.
+    write_label(env_dir, label)  # last: a label on disk means a complete environment
+
+
+def write_label(env_dir: Path, label: bytes) -> None:
+    """(Re)write the environment's label atomically."""
     tmp = env_dir / "label.json.tmp"
     tmp.write_bytes(label)
     tmp.rename(env_dir / "label.json")

@@ -7,6 +7,8 @@ Run: ``python tests/servers/edge_server.py [--fail-start]``. Tools:
 - ``hang()``: blocks the server's event loop forever (ignores cancellation; only a kill ends it);
 - ``stall()``: awaits forever but honours cancellation; ``cancelled()`` counts the cancelled stalls;
 - ``crash()``: the process exits at once with status 3, mid-request;
+- ``hog(mb)``: allocates (and touches) ``mb`` MB; ``spawn(n)``: starts up to ``n`` sleeping
+  processes, each in turn (a bounded fork bomb), and says how many it got before a refusal;
 - ``picture()``: returns an image and a text part; ``pictures(n)``: ``n`` images;
 - ``big(n)``: returns ``n`` characters (mirrored into ``structuredContent`` by the SDK);
 - ``inject()``: output with chat-template control tokens; ``measure(text)``: structured output;
@@ -107,6 +109,28 @@ def crash() -> str:
     """The process dies mid-request."""
     sys.stdout.flush()
     os._exit(3)
+
+
+@server.tool()
+def hog(mb: int) -> str:
+    """Allocate and touch ``mb`` MB, then free it."""
+    held = [b"x" * (1024 * 1024) for _ in range(mb)]
+    return f"held {len(held)} MB"
+
+
+@server.tool()
+def spawn(n: int) -> str:
+    """Fork up to ``n`` processes that sleep 60 s (killed with the environment); how many started."""
+    started = 0
+    try:
+        for _ in range(n):
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+            started += 1
+    except OSError as e:
+        return f"started {started} processes, then: {e}"
+    return f"started {started} processes"
 
 
 @server.tool()
