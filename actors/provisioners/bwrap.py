@@ -170,9 +170,8 @@ class BwrapProvisioner(LocalProvisioner):
 
     def _make_groups(self, env_id: str, wanted: Limits) -> list[str]:
         cgroups = limits.find_cgroups() if self.cgroups and wanted else None
-        weak = limits.unenforced(wanted, cgroups is not None)
-        if weak:
-            logger.warning("bwrap env %s: limits not enforced here: %s", env_id, weak.describe())
+        if weak := limits.unenforced(wanted, cgroups is not None):
+            _warn_once(f"bwrap environments: limits not enforced on this host: {weak.describe()}")
         return cgroups.create(env_id, wanted) if cgroups is not None else []
 
     def spec(self) -> dict[str, Any]:
@@ -263,6 +262,11 @@ class BwrapProvisioner(LocalProvisioner):
             env=server_env | {ENV_MARKER: env.env_id},
             cwd=env.workdir,
         )
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    logger.warning(message)
 
 
 def groups_of(env: EnvInfo) -> list[str]:
