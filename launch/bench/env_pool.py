@@ -1,6 +1,7 @@
 """Benchmark: what an environment costs on each provisioner backend, side by side in one run.
 
-    python -m launch.bench.env_pool [--quick] [--backends local,bwrap,docker] [--samples 20] [--live 8]
+    python -m launch.bench.env_pool [--quick] [--backends local,bwrap,bwrap-rlimits,docker] [--samples 20]
+        [--live 8]
 
 Run it from the project root (the calculator's registry names its venv relative to it; ``make
 servers`` builds ``.cache/servers/calculator``). Per backend, over ``--samples`` rounds (after one
@@ -65,7 +66,10 @@ from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from specs.servers import load_server_registry
 from specs.task import TaskSpec
 
-BACKENDS = ("local", "bwrap", "docker")
+BACKENDS = ("local", "bwrap", "bwrap-rlimits", "docker")
+VARIANTS: dict[str, tuple[str, dict[str, object]]] = {"bwrap-rlimits": ("bwrap", {"cgroups": False})}
+"""A backend under other options: ``bwrap-rlimits`` is bwrap without a cgroup per environment
+(its limits as rlimits, as on a host where no cgroup can be made), beside ``bwrap``'s cgroups."""
 OPERATIONS = ("create", "acquire", "reset", "destroy")
 REUSE_ARMS = ("fresh", "kept")
 CALCULATOR_REGISTRY = "specs/domains/calculator/servers.json"
@@ -297,7 +301,8 @@ async def cleanup(provisioner: Provisioner, run_id: str) -> int:
 
 async def bench_backend(backend: str, server: ServerLaunch, args: argparse.Namespace) -> BackendResult:
     result = BackendResult(backend)
-    provisioner = make_provisioner(backend)
+    name, options = VARIANTS.get(backend, (backend, {}))
+    provisioner = make_provisioner(name, **options)
     config = EnvConfig(servers=(server,))
     try:
         result.skipped = await available(provisioner, config, args.run_id)
@@ -323,19 +328,19 @@ async def bench_backend(backend: str, server: ServerLaunch, args: argparse.Names
 
 def table(results: Sequence[BackendResult], live: int) -> str:
     heads = [f"{op} p50/p95" for op in OPERATIONS] + ["MiB/env", "USS/env", "cgroup", "envs/GiB"]
-    lines = [f"{'backend':8} " + " ".join(f"{h:>17}" if "/p95" in h else f"{h:>8}" for h in heads)]
+    lines = [f"{'backend':13} " + " ".join(f"{h:>17}" if "/p95" in h else f"{h:>8}" for h in heads)]
     for r in results:
         if r.skipped is not None:
-            lines.append(f"{r.backend:8} skipped: {r.skipped}")
+            lines.append(f"{r.backend:13} skipped: {r.skipped}")
             continue
         cells = [f"{percentile(r.ms[op], 50):8.1f}/{percentile(r.ms[op], 95):8.1f}" for op in OPERATIONS]
         cgroup = f"{r.cgroup_mib:8.1f}" if r.cgroup_mib is not None else f"{'-':>8}"
         cells += [f"{r.pss_mib:8.1f}", f"{r.uss_mib:8.1f}", cgroup, f"{envs_per_gib(r.pss_mib):8.1f}"]
-        lines.append(f"{r.backend:8} " + " ".join(cells))
+        lines.append(f"{r.backend:13} " + " ".join(cells))
     lines.append(f"(milliseconds; memory: PSS/USS MiB per env over {live} live calculator envs)")
     lines.append("")
     lines.append(
-        f"{'backend':8} {'episode start p50/p95: fresh':>30} {'kept':>17} {'speedup':>8} {'CPU ms/episode: fresh':>22} {'kept':>8}"
+        f"{'backend':13} {'episode start p50/p95: fresh':>30} {'kept':>17} {'speedup':>8} {'CPU ms/episode: fresh':>22} {'kept':>8}"
     )
     for r in results:
         if r.skipped is not None:
@@ -348,7 +353,7 @@ def table(results: Sequence[BackendResult], live: int) -> str:
             f"{r.cpu_ms['fresh']:22.1f}",
             f"{r.cpu_ms['kept']:8.1f}",
         ]
-        lines.append(f"{r.backend:8} " + " ".join(cells))
+        lines.append(f"{r.backend:13} " + " ".join(cells))
     lines.append("(an episode start: EnvPool.acquire + McpGateway.open of the calculator; fresh: the server")
     lines.append(" started again per episode; kept: keep_alive, its session parked between episodes)")
     return "\n".join(lines)
@@ -366,7 +371,7 @@ def ratios(results: Sequence[BackendResult]) -> list[str]:
         parts = [
             f"{op}_x_local={percentile(r.ms[op], 50) / percentile(base.ms[op], 50):.1f}" for op in OPERATIONS
         ]
-        lines.append(f"{r.backend:8} " + " ".join(parts) + f" mem_x_local={r.pss_mib / base.pss_mib:.1f}")
+        lines.append(f"{r.backend:13} " + " ".join(parts) + f" mem_x_local={r.pss_mib / base.pss_mib:.1f}")
     return lines if len(lines) > 1 else []
 
 
