@@ -104,3 +104,21 @@ def test_this_hosts_cgroups_are_found_where_this_process_may_write_them() -> Non
     assert found.version in (1, 2) and set(found.bases) == {"memory", "pids", "cpu"}
     for base in found.bases.values():
         assert base.name == "mcprl-envs" and os.access(base, os.W_OK)
+
+
+def test_v2_groups_go_beside_this_process_where_the_parent_hands_the_controllers_down(tmp_path: Path) -> None:
+    from actors.provisioners.limits import _find_v2
+
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "app.slice" / "run.scope").mkdir(parents=True)
+    (tmp_path / "app.slice" / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    found = _find_v2(tmp_path, {"": "/app.slice/run.scope"})
+    assert found is not None and found.version == 2
+    assert set(found.bases.values()) == {tmp_path / "app.slice" / "mcprl-envs"}
+    assert (
+        tmp_path / "app.slice" / "mcprl-envs" / "cgroup.subtree_control"
+    ).read_text() == "+memory +pids +cpu"
+    # a parent that does not hand memory down (a container's namespace root, often): rlimits instead
+    (tmp_path / "cgroup.subtree_control").write_text("cpu\n")
+    assert _find_v2(tmp_path, {"": "/"}) is None
+    assert not (tmp_path / "mcprl-envs").exists()  # nothing made where it could not be used

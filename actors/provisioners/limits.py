@@ -209,13 +209,13 @@ def _own_cgroups() -> dict[str, str]:
 def _find_v2(root: Path, own: dict[str, str]) -> Cgroups | None:
     if not (root / "cgroup.controllers").exists():
         return None
-    parent = (root / own[""].lstrip("/")).parent
-    base = parent / GROUP
-    if not base.is_dir():
-        base.mkdir()
+    own_dir = root / own[""].lstrip("/")
+    parent = own_dir if own_dir == root else own_dir.parent  # a namespace's root has no parent here
     enabled = set((parent / "cgroup.subtree_control").read_text().split())
     if not set(CONTROLLERS) <= enabled:
         return None
+    base = parent / GROUP
+    base.mkdir(exist_ok=True)
     (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
     return Cgroups(2, {c: base for c in CONTROLLERS}) if _usable(base) else None
 
