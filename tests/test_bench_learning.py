@@ -130,6 +130,27 @@ def test_the_arms_of_an_ablation_share_the_first_arms_warm_start_once_it_kept_on
     assert not any(c.warmstart.save for _, _, c in rule.trials)  # the rule changes the demonstrations too
 
 
+def test_the_report_reads_an_arm_that_ran_from_the_shared_warm_start(tmp_path, capsys):
+    from launch.bench.learning import with_shared_warm_start
+    from launch.bench.learning_report import report
+
+    bench = plan(parse_args(["--ablation", "tool_bonus", "--quick", "--out", str(tmp_path)]))
+    (first, _, no_bonus), (second, seed, bonus) = bench.trials
+    evals = {
+        "base": [False] * 4,
+        "warmstart": [True, False, False, False],
+        "final": [True, True, False, False],
+    }
+    write_trial(no_bonus, evals, [1.0])
+    (Path(no_bonus.run_dir) / "warmstart").mkdir()
+    (Path(no_bonus.run_dir) / "warmstart" / "progress.json").write_text("{}")
+    shared = with_shared_warm_start(bench, second, seed, bonus)
+    assert shared.warmstart.from_run == no_bonus.run_dir
+    write_trial(shared, evals, [1.0])  # what run_trials records: the config it ran with
+    assert report(bench).startswith("rl_minus_warmstart=0.25")
+    assert "bonus" in capsys.readouterr().out
+
+
 def test_a_bench_without_a_warm_start_is_refused(capsys):
     assert main(["--quick", "warmstart.enabled=false", "--report-only"]) == 2
     assert "warmstart.enabled" in capsys.readouterr().err

@@ -250,10 +250,11 @@ def log_wandb(bench: Bench, result: Mapping[str, Any], png: str) -> None:
 def report(bench: Bench) -> str:
     """Read the trials that finished, print the tables, write ``learning.json`` and ``learning.png``
     (and to W&B); returns the bench's last line."""
-    from launch.bench.learning import finished
+    from launch.bench.learning import finished, with_shared_warm_start
 
     trials = []
-    for arm, seed, cfg in bench.trials:
+    for arm, seed, planned in bench.trials:
+        cfg = with_shared_warm_start(bench, arm, seed, planned)  # the config it ran with, as run_trials
         if finished(cfg):
             trials.append(read_run(cfg.run_dir, cfg.train.steps, arm.name, seed))
     result = analyse(bench, trials)
