@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -25,7 +27,7 @@ from actors.env_pool import EnvPool
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import Provisioner
 from actors.provisioners.local import ENV_MARKER
-from specs.env import EnvConfig, EnvHandle, ServerLaunch
+from specs.env import EnvConfig, EnvHandle, EnvInfo, ServerLaunch
 from specs.registry import cleanup, prepare
 from specs.servers import load_server_registry
 from specs.task import CleanupSpec, PrepareSpec, TaskSpec
@@ -325,51 +327,54 @@ async def test_a_keep_alive_server_outlives_the_reset_of_its_reused_env_and_dies
 # -- isolated backends ---------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def two_edge_envs(
+    provisioner: Provisioner, **limits: int
+) -> AsyncIterator[tuple[McpGateway, EnvInfo, EnvInfo]]:
+    """A gateway with the edge server open in two environments under the same ``limits``."""
+    edge = edge_server()
+    limited = EnvConfig(servers=(edge,), **limits)
+    async with environment(provisioner, limited) as env, environment(provisioner, limited) as other:
+        async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
+            await gateway.open(env, [edge])
+            await gateway.open(other, [edge])
+            yield gateway, env, other
+
+
 @pytest.mark.usefixtures("isolated")
 async def test_a_memory_hog_in_a_tool_ends_its_environment_only_and_the_observation_says_why(
     provisioner: Provisioner,
 ) -> None:
-    edge = edge_server()
-    limited = EnvConfig(servers=(edge,), memory_mb=256)
     with anyio.fail_after(120):
-        async with environment(provisioner, limited) as env, environment(provisioner, limited) as other:
-            async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
-                await gateway.open(env, [edge])
-                await gateway.open(other, [edge])
-                assert (await gateway.call(env.env_id, "edge__hog", {"mb": 32}, 30)).text == "held 32 MB"
-                hog = await gateway.call(env.env_id, "edge__hog", {"mb": 1024}, 60)
-                assert hog.error_kind == "server_died", hog.text
-                assert "The environment hit its memory limit" in hog.text, hog.text
-                assert await gateway.is_broken(env.env_id)
-                assert (await provisioner.limits_hit(env))["memory"] >= 1
-                # the other environment, under the same limit, is untouched
-                assert (await gateway.call(other.env_id, "edge__hog", {"mb": 32}, 30)).text == "held 32 MB"
-                assert (await provisioner.limits_hit(other))["memory"] == 0
-                assert not await gateway.is_broken(other.env_id)
+        async with two_edge_envs(provisioner, memory_mb=256) as (gateway, env, other):
+            assert (await gateway.call(env.env_id, "edge__hog", {"mb": 32}, 30)).text == "held 32 MB"
+            hog = await gateway.call(env.env_id, "edge__hog", {"mb": 1024}, 60)
+            assert hog.error_kind == "server_died", hog.text
+            assert "The environment hit its memory limit" in hog.text, hog.text
+            assert await gateway.is_broken(env.env_id)
+            assert (await provisioner.limits_hit(env))["memory"] >= 1
+            # the other environment, under the same limit, is untouched
+            assert (await gateway.call(other.env_id, "edge__hog", {"mb": 32}, 30)).text == "held 32 MB"
+            assert (await provisioner.limits_hit(other))["memory"] == 0
+            assert not await gateway.is_broken(other.env_id)
 
 
 @pytest.mark.usefixtures("isolated")
 async def test_a_fork_bomb_in_a_tool_stops_at_its_environments_process_limit(
     provisioner: Provisioner,
 ) -> None:
-    edge = edge_server()
-    limited = EnvConfig(servers=(edge,), pids=64)
     with anyio.fail_after(120):
-        async with environment(provisioner, limited) as env, environment(provisioner, limited) as other:
-            async with McpGateway.running(provisioner_for=lambda _: provisioner) as gateway:
-                await gateway.open(env, [edge])
-                await gateway.open(other, [edge])
-                bomb = await gateway.call(env.env_id, "edge__spawn", {"n": 500}, 60)
-                started = int(bomb.text.split()[1])
-                assert 0 < started < 64 and "Resource temporarily unavailable" in bomb.text, bomb.text
-                # the other environment still starts processes of its own
-                assert (
-                    await gateway.call(other.env_id, "edge__spawn", {"n": 8}, 30)
-                ).text == "started 8 processes"
-                if provisioner.name == "bwrap":  # docker reads its counters by an exec: refused at the limit
-                    assert (await provisioner.limits_hit(env))["pids"] >= 1
-            await provisioner.destroy(env)
-            assert not marked(env.env_id)  # the bomb's processes died with their environment
+        async with two_edge_envs(provisioner, pids=64) as (gateway, env, other):
+            bomb = await gateway.call(env.env_id, "edge__spawn", {"n": 500}, 60)
+            started = int(bomb.text.split()[1])
+            assert 0 < started < 64 and "Resource temporarily unavailable" in bomb.text, bomb.text
+            # the other environment still starts processes of its own
+            assert (
+                await gateway.call(other.env_id, "edge__spawn", {"n": 8}, 30)
+            ).text == "started 8 processes"
+            if provisioner.name == "bwrap":  # docker reads its counters by an exec: refused at the limit
+                assert (await provisioner.limits_hit(env))["pids"] >= 1
+        assert not marked(env.env_id)  # the bomb's processes died with their environment
 
 
 @pytest.mark.usefixtures("isolated")
