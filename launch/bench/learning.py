@@ -253,12 +253,13 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
         cfg = with_shared_warm_start(bench, arm, seed, planned)
         if finished(cfg):
             ran = recorded_code(cfg)
-            since = "" if ran == code else f"; it ran code {ran or 'unrecorded'}, this is {code}"
+            since = (
+                ""
+                if ran == code
+                else f"; it ran code {ran or 'unrecorded'}, this is {code}: delete that directory to run it again"
+            )
             print(
-                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir}{since};"
-                " delete that directory to run it again)"
-                if since
-                else f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir})",
+                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir}{since})",
                 flush=True,
             )
             continue
