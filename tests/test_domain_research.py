@@ -184,6 +184,24 @@ async def test_bm25_search_ranks_the_named_page_first_above_its_near_duplicate(
     assert pick_url(text, name) != pick_url(text, other)
 
 
+async def test_bm25_search_lists_tied_pages_in_path_order_on_any_cpu(tmp_path: Path) -> None:
+    """bm25s's own top-k ordered equal scores by its (CPU-dependent) sort: this machine listed the
+    last five of twelve tied pages, backwards, and another listed others, so a recorded episode
+    did not replay there. Ties go by page path."""
+    (tmp_path / "site").mkdir()
+    for i in reversed(range(12)):
+        (tmp_path / "site" / f"p{i:02d}.html").write_text(f"<title>Page{i:02d}</title><p>zeta filler</p>")
+    entry = json.loads((DOMAIN / "servers.json").read_text())["research_search"]["stdio"]
+    params = StdioServerParameters(
+        command=str(REPO / entry["command"]), args=entry["args"], cwd=str(tmp_path)
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("search", {"query": "zeta", "k": 5})
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert re.findall(r"\] (Page\d+)", text) == ["Page00", "Page01", "Page02", "Page03", "Page04"]
+
+
 async def test_the_expert_solves_a_4hop_task_on_bwrap_reading_pages_through_the_real_fetch_server(
     tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated
 
 import bm25s
+import numpy as np
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -100,12 +101,21 @@ class Index:
         with self._lock:
             self._load()
             assert self._retriever is not None
-            tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
-            if not tokens.vocab:
+            (words,) = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)
+            ids = self._retriever.get_tokens_ids(words)
+            if not ids:
                 return []
-            k = min(k, len(self._pages))
-            ids, scores = self._retriever.retrieve(tokens, k=k, show_progress=False)
-            return [self._pages[int(i)] for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
+            scores = self._retriever.get_scores_from_ids(ids)
+            return [self._pages[i] for i in rank(scores)[:k] if scores[i] > 0]
+
+
+def rank(scores: np.ndarray) -> list[int]:
+    """Page indices by score, ties by page (path order). Not bm25s's own top-k: its argpartition
+    and argsort order equal scores differently on different CPUs (numpy's SIMD sorts), so one query
+    listed tied pages in another order on another machine. Scores are compared to 5 decimals, so
+    sums added in another order still tie."""
+    order = np.lexsort((np.arange(len(scores)), -np.round(scores.astype(np.float64), 5)))
+    return [int(i) for i in order]
 
 
 def format_results(query: str, pages: list[Page]) -> str:
