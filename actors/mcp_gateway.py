@@ -1,9 +1,12 @@
 """McpGateway: one set of MCP sessions per environment, every tool failure turned into an observation.
 
 ``open(env, servers, allowed_tools)`` reaches each server of the environment: a stdio server is
-started *inside* the environment (the command comes from ``provisioner.stdio_launch``), an
-MCP-Universe ``sse`` entry is started and reached on its port (local backend only: a sandbox's
-ports are its own), an ``http_url`` server is reached over streamable HTTP with its headers. It
+started *inside* the environment (the command comes from ``provisioner.stdio_launch``); a
+listener (a ``streamable_http`` entry, or MCP-Universe's ``sse``) is started there the same way,
+on the address ``provisioner.listen_address`` gives, and reached over HTTP or SSE (local: a port
+of this host's loopback; docker: the container's own network, without egress; bwrap: refused, a
+sandbox's network is its own); an ``http_url`` server is reached over streamable HTTP with its
+headers. It
 lists their tools (annotations kept), namespaces them ``<server>__<tool>``, keeps the ones the
 task allows and pins that list for the episode. With ``route=True`` the agent also gets the
 built-in ``route`` tool (BM25 search over the inventory, ``actors/tool_router.py``); with
@@ -56,7 +59,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from actors.errors import GatewayError, InfraError
+from actors.errors import EnvError, GatewayError, InfraError
 from actors.mcp_calls import run_call
 from actors.mcp_endpoint import serve_endpoint
 from actors.mcp_results import Parts, ResultCaps, bound_text, route_parts, tool_result
@@ -71,10 +74,10 @@ from actors.mcp_sessions import (
 )
 from actors.mcp_wire import DEFAULT_CONTROL_TOKENS
 from actors.provisioners.base import Provisioner, make_provisioner
+from actors.provisioners.local import free_port
 from actors.tool_router import ROUTE_TOOL, ToolRouter, route_answer, visible_tools
 from policies.types import ToolResult, ToolSpec
 from specs.env import EnvInfo, ServerLaunch
-from specs.servers import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -187,14 +190,7 @@ class McpGateway:
         parked = self._parked.pop(env.env_id, {})
         try:
             for server in servers:
-                launch = server if server.transport == "http" else state.provisioner.stdio_launch(env, server)
-                launch = msgspec.structs.replace(
-                    launch,
-                    transport=server.transport,
-                    url=server.url,
-                    secrets=server.secrets,
-                    keep_alive=server.keep_alive,
-                )
+                launch = await self._launch(state, server)
                 kept = parked.pop(launch.name, None)
                 if kept is not None and await self._take_over(kept, launch):
                     state.servers[kept.name] = kept
@@ -341,6 +337,24 @@ class McpGateway:
         """Counts for metrics: ``servers_started`` (each process start, restarts included),
         ``servers_kept`` (sessions taken over from a parked one) and ``parked`` (envs parked now)."""
         return {**self._counts, "parked": len(self._parked)}
+
+    async def _launch(self, state: EnvState, server: ServerLaunch) -> ServerLaunch:
+        """How this process starts or reaches ``server`` of the environment: a remote URL as it is;
+        a process (stdio or a listener, on its address) as the provisioner runs it there."""
+        if server.transport == "http" and not server.listens:
+            return server
+        if server.listens:
+            try:
+                server = server.listening_at(await state.provisioner.listen_address(state.info, server))
+            except EnvError as e:
+                raise GatewayError(str(e)) from e
+        return msgspec.structs.replace(
+            state.provisioner.stdio_launch(state.info, server),
+            transport=server.transport,
+            url=server.url,
+            secrets=server.secrets,
+            keep_alive=server.keep_alive,
+        )
 
     async def _take_over(self, srv: ServerState, launch: ServerLaunch) -> bool:
         """Whether the parked session ``srv`` serves ``launch`` still (same launch, alive); if so

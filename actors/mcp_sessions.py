@@ -66,10 +66,10 @@ class ServerState:
     def describe_failure(self) -> str:
         cause = describe(self.failure) if self.failure else "exited before it was ready"
         tail = self.stderr_tail()
-        how = (
-            f"url {self.launch.url!r}"
-            if self.launch.transport == "http"
-            else f"command {self.launch.command!r}"
+        how = ", ".join(
+            f"{what} {value!r}"
+            for what, value in (("command", self.launch.command), ("url", self.launch.url))
+            if value
         )
         where = f"MCP server {self.name!r} ({how}) of env {self.env_id}"
         text = f"{where} failed to start: {cause}" + (f"\n--- its stderr (tail) ---\n{tail}" if tail else "")
@@ -93,16 +93,10 @@ class EnvState:
 
 
 def check_servers(env: EnvInfo, servers: Sequence[ServerLaunch]) -> None:
-    """Refuse (``GatewayError``) duplicate server names, and ``sse`` servers off the local backend."""
+    """Refuse (``GatewayError``) duplicate server names."""
     names = [s.name for s in servers]
     if len(set(names)) != len(names):
         raise GatewayError(f"env {env.env_id}: duplicate server names in {names}")
-    sse = [s.name for s in servers if s.transport == "sse"]
-    if sse and env.backend != "local":
-        raise GatewayError(
-            f"env {env.env_id}: server(s) {sse} have only an 'sse' entry, whose port is reachable "
-            f"only on the local backend, not {env.backend!r}; give them a 'stdio' entry"
-        )
 
 
 async def serve_session(srv: ServerState, start_timeout_s: float) -> None:

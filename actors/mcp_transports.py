@@ -1,13 +1,17 @@
 """The transports to one MCP server, as the SDK's (read, write) streams: ``connect(launch, ...)``.
 
 ``stdio`` runs the launch's command (already wrapped by the provisioner to run inside the
-environment); ``http`` reaches a running streamable-HTTP server with the launch's headers; ``sse``
-(MCP-Universe's legacy entry) starts the command on a free port (``{{PORT}}``) on this host and
-reaches it over SSE. Used by ``McpGateway``, which owns the session on top.
+environment); ``http`` without a command reaches a running streamable-HTTP server with the launch's
+headers; a listener (``ServerLaunch.listens``: ``http`` or ``sse`` with a command, its address
+already filled by the provisioner) is started the same way, waited for until its port accepts, and
+reached over streamable HTTP or SSE, then stopped with its process group on the way out. Used by
+``McpGateway``, which owns the session on top.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,12 +27,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from actors.errors import GatewayError
-from actors.provisioners.local import kill_group
+from actors.provisioners.local import kill_group, wait_until_gone
 from specs.env import ServerLaunch
-from specs.servers import PORT_PLACEHOLDER, free_port
 
 if TYPE_CHECKING:  # mcp 2.x names the pair; 1.x yields the same two memory streams
     from mcp.client._transport import TransportStreams
+
+STOP_GRACE_S = 5.0
+"""How long a listener has to end after SIGTERM (a bridge into a container kills its exec's tree
+then) before its process group is killed."""
 
 
 @asynccontextmanager
@@ -36,28 +43,40 @@ async def connect(
     launch: ServerLaunch, errlog: IO[bytes], start_timeout_s: float
 ) -> AsyncIterator[TransportStreams]:
     """The transport streams to one server: stdio (a process in the environment), streamable
-    HTTP (a running server, with its headers) or SSE (a process started here, on its own free
-    port, killed with its process group on the way out). ``errlog`` takes the server's stderr."""
+    HTTP (a running server, with its headers) or a listener (a process in the environment,
+    reached over HTTP or SSE once it accepts connections). ``errlog`` takes the server's stderr."""
+    if launch.listens:
+        async with _listener(launch, errlog, start_timeout_s) as streams:
+            yield streams
+        return
     if launch.transport == "http":
-        assert launch.url is not None
-        async with (
-            create_mcp_http_client(headers=dict(launch.headers)) as client,
-            streamable_http_client(launch.url, http_client=client) as (read, write),
-        ):
-            yield read, write
+        async with _streamable_http(launch) as streams:
+            yield streams
         return
     params = StdioServerParameters(
         command=launch.command, args=list(launch.args), env=dict(launch.env), cwd=launch.cwd
     )
-    if launch.transport == "stdio":
-        async with stdio_client(params, errlog=cast(TextIO, errlog)) as (read, write):
-            yield read, write
-        return
-    assert launch.url is not None  # sse: a listener started here (local backend only), on its own port
-    port = str(free_port())
-    url = launch.url.replace(PORT_PLACEHOLDER, port)
+    async with stdio_client(params, errlog=cast(TextIO, errlog)) as (read, write):
+        yield read, write
+
+
+@asynccontextmanager
+async def _streamable_http(launch: ServerLaunch) -> AsyncIterator[TransportStreams]:
+    assert launch.url is not None
+    async with (
+        create_mcp_http_client(headers=dict(launch.headers)) as client,
+        streamable_http_client(launch.url, http_client=client) as (read, write),
+    ):
+        yield read, write
+
+
+@asynccontextmanager
+async def _listener(
+    launch: ServerLaunch, errlog: IO[bytes], start_timeout_s: float
+) -> AsyncIterator[TransportStreams]:
+    assert launch.url is not None
     process = await anyio.open_process(
-        [launch.command, *(a.replace(PORT_PLACEHOLDER, port) for a in launch.args)],
+        [launch.command, *launch.args],
         cwd=launch.cwd,
         env=get_default_environment() | dict(launch.env),
         stdin=subprocess.DEVNULL,
@@ -66,24 +85,47 @@ async def connect(
         start_new_session=True,
     )
     try:
-        await _wait_listening(url, process, start_timeout_s)
-        async with sse_client(url) as (read, write):
-            yield read, write
+        await _wait_listening(launch, process, start_timeout_s)
+        if launch.transport == "sse":
+            async with sse_client(launch.url) as (read, write):
+                yield read, write
+        else:
+            async with _streamable_http(launch) as (read, write):
+                yield read, write
     finally:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(kill_group, process.pid)
+            await anyio.to_thread.run_sync(_stop_group, process.pid)
             await process.aclose()
 
 
-async def _wait_listening(url: str, process: anyio.abc.Process, timeout_s: float) -> None:
-    """Until something accepts connections at ``url``'s port (bounded); fails if ``process`` exits."""
-    port = urlsplit(url).port
+def _stop_group(pgid: int) -> None:
+    """SIGTERM the listener's process group, then SIGKILL what is left after ``STOP_GRACE_S``."""
+    import psutil
+
+    try:
+        leader = psutil.Process(pgid)
+        os.killpg(pgid, signal.SIGTERM)
+    except (psutil.Error, ProcessLookupError, PermissionError):
+        pass
+    else:
+        wait_until_gone([leader], STOP_GRACE_S)
+    kill_group(pgid)
+
+
+async def _wait_listening(launch: ServerLaunch, process: anyio.abc.Process, timeout_s: float) -> None:
+    """Until something accepts connections at the launch URL's address (bounded); fails if the
+    listener's process exits first."""
+    assert launch.url is not None
+    where = urlsplit(launch.url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
     with anyio.fail_after(timeout_s):
         while True:
             if process.returncode is not None:
-                raise GatewayError(f"the SSE server for {url} exited with code {process.returncode}")
+                raise GatewayError(
+                    f"MCP server {launch.name!r} exited with code {process.returncode} before it listened at {host}:{port}"
+                )
             try:
-                stream = await anyio.connect_tcp("127.0.0.1", port or 80)
+                stream = await anyio.connect_tcp(host, port)
             except OSError:
                 await anyio.sleep(0.05)
                 continue

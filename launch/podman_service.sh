@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Podman's Docker-compatible API service, for the docker backend where no Docker engine runs.
 #   launch/podman_service.sh [SOCKET]      (default: /run/mcprl/podman.sock)
-# Installs podman and runc if missing (Debian/Ubuntu, as root), writes a containers.conf that
+# Installs podman, runc and iptables (which guards the networks of containers whose servers
+# listen, actors/provisioners/docker_network.py) if missing (Debian/Ubuntu, as root), writes a containers.conf that
 # works on hosts where crun fails (cgroups v1/v2 hybrid) if there is none, starts the service
 # unless it already answers, waits (bounded) until it does, and prints the DOCKER_HOST to use.
 # The service it starts runs on after it exits; its process id goes to stderr and, where
@@ -13,9 +14,9 @@ SOCK=${1:-/run/mcprl/podman.sock}
 LOG=${PODMAN_SERVICE_LOG:-/tmp/mcprl-podman-service.log}
 PIDFILE=${PODMAN_SERVICE_PIDFILE:-}
 
-if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v iptables >/dev/null; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc iptables >/dev/null
 fi
 CONF=/etc/containers/containers.conf
 if [ ! -e "$CONF" ]; then

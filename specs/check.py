@@ -30,7 +30,7 @@ from specs.servers import ServerRegistry, load_server_registry, parse_server_reg
 from specs.task import TASK_FIELDS, TaskSpec, load_tasks, parse_tasks
 from specs.templates import StandIns, environment
 
-_TRANSPORTS = ("stdio", "sse", "http_url")
+_TRANSPORTS = ("stdio", "sse", "streamable_http", "http_url")
 
 
 def _problems(error: SpecError) -> list[SpecError]:
@@ -217,7 +217,7 @@ def check_file(path: str, servers: ServerRegistry | None, hooks: Sequence[str]) 
         path,
         "top level",
         "cannot tell the kind of file: expected a task file (an object or list of "
-        "objects with 'instruction' or 'question', 'mcp_servers' and 'evaluators'), a server list (objects with 'stdio', 'sse' or "
+        "objects with 'instruction' or 'question', 'mcp_servers' and 'evaluators'), a server list (objects with 'stdio', 'streamable_http', 'sse' or "
         "'http_url'), or a YAML run config",
     )
 

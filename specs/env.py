@@ -14,11 +14,26 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+PORT_PLACEHOLDER = "{{PORT}}"
+HOST_PLACEHOLDER = "{{HOST}}"
+"""Left in a listener's (``sse``, ``streamable_http``) command and URL by the registry: filled per
+environment with the address it listens on (command) and the address it is reached at (URL)."""
+
+
+class ListenAddress(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a listener of one environment listens (``bind``, ``port``, as its process sees them)
+    and where the gateway reaches it (``reach``, ``port``)."""
+
+    bind: str
+    port: int
+    reach: str
+
 
 class ServerLaunch(msgspec.Struct, frozen=True, kw_only=True):
-    """How to reach one MCP server: a command run over stdio inside the environment (``stdio``), a
-    command that listens for SSE on a port (``sse``, MCP-Universe's legacy entry) or the URL of a
-    running streamable-HTTP server (``http``)."""
+    """How to reach one MCP server: a command run over stdio inside the environment (``stdio``); a
+    command that listens in the environment (``listens``), for streamable HTTP (``http``) or SSE
+    (``sse``, MCP-Universe's legacy entry); or the URL of a running streamable-HTTP server (``http``
+    with no command)."""
 
     name: str
     command: str = ""
@@ -28,7 +43,8 @@ class ServerLaunch(msgspec.Struct, frozen=True, kw_only=True):
     cwd: str | None = None
     transport: Literal["stdio", "sse", "http"] = "stdio"
     url: str | None = None
-    """``http``: the server's endpoint; ``sse``: where the started command listens."""
+    """``http``: the server's endpoint; a listener: where it is reached once started (with
+    ``{{HOST}}`` / ``{{PORT}}`` until the provisioner fills them)."""
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     """HTTP headers for ``url`` (tokens filled from templates)."""
     secrets: tuple[str, ...] = ()
@@ -39,10 +55,29 @@ class ServerLaunch(msgspec.Struct, frozen=True, kw_only=True):
     and MCP session across episodes (the reset spares it and whatever it started; the destroy
     ends it), instead of starting it again for each episode. The registry's ``keep_alive``."""
 
+    @property
+    def listens(self) -> bool:
+        """A command that serves HTTP (``http``) or SSE (``sse``) inside the environment, started
+        per environment on an address the provisioner picks (``Provisioner.listen_address``)."""
+        return self.transport != "stdio" and bool(self.command)
+
+    def listening_at(self, address: ListenAddress) -> ServerLaunch:
+        """This listener with its ``{{HOST}}`` / ``{{PORT}}`` filled: ``bind`` in its arguments,
+        ``reach`` in its URL."""
+
+        def fill(text: str, host: str) -> str:
+            return text.replace(HOST_PLACEHOLDER, host).replace(PORT_PLACEHOLDER, str(address.port))
+
+        return msgspec.structs.replace(
+            self,
+            args=tuple(fill(a, address.bind) for a in self.args),
+            url=fill(self.url, address.reach) if self.url else self.url,
+        )
+
     def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
         where = (
             f"url={self.url!r}"
-            if self.transport == "http"
+            if self.transport == "http" and not self.command
             else f"command={self.command!r}, args={self.args!r}"
         )
         return f"ServerLaunch(name={self.name!r}, transport={self.transport!r}, {where}, env=<{len(self.env)} vars>)"
@@ -59,6 +94,13 @@ class EnvConfig(msgspec.Struct, frozen=True, kw_only=True):
     cpus: float | None = None
     pids: int | None = None
     network: bool = False
+
+    def for_backend(self, backend: str) -> EnvConfig:
+        """This config as ``backend`` runs it: only docker builds the task's image; elsewhere its
+        prepare hooks lay the environment out alone (``specs/domains/swe``)."""
+        if backend == "docker" or (self.dockerfile_path is None and not self.build_args):
+            return self
+        return msgspec.structs.replace(self, dockerfile_path=None, build_args={})
 
     def key(self) -> str:
         """Compatibility key: environments with equal keys are interchangeable after a reset."""

@@ -5,11 +5,16 @@ A file maps each server name to an entry (MCP-Universe ``mcpuniverse/mcp/config.
     {"calculator": {"stdio": {"command": "python3", "args": ["-m", "mcp_server_calculator"]}},
      "google-search": {"stdio": {...}, "sse": {"command": "python3", "args": [..., "{{PORT}}"]},
                        "env": {"SERP_API_KEY": "{{SERP_API_KEY}}"}},
-     "remote": {"http_url": "https://host/mcp", "headers": {"Authorization": "Bearer {{TOKEN}}"}}}
+     "remote": {"http_url": "https://host/mcp", "headers": {"Authorization": "Bearer {{TOKEN}}"}},
+     "duckdb": {"streamable_http": {"command": "mcp-server-motherduck",
+                                    "args": ["--transport", "http", "--host", "{{HOST}}", "--port", "{{PORT}}"]}}}
 
 ``stdio`` and ``sse`` are commands (``sse`` starts the server as an SSE listener on ``{{PORT}}``);
-``http_url``/``headers`` name an already running streamable-HTTP server. ``launch`` picks one
-transport per server (stdio first) and fills its templates. ``"keep_alive": true`` (ours, not
+``http_url``/``headers`` name an already running streamable-HTTP server. ``streamable_http`` (ours,
+not MCP-Universe's) is a command that starts an HTTP-only server *inside* the environment,
+listening on ``{{HOST}}:{{PORT}}`` (its ``path``, default ``/mcp``); the provisioner fills both per
+environment (``Provisioner.listen_address``). ``launch`` picks one transport per server (``stdio``,
+then ``streamable_http``, ``http_url``, ``sse``) and fills its templates. ``"keep_alive": true`` (ours, not
 MCP-Universe's) declares a stdio server free of per-episode state, so that a reused environment
 keeps it running across episodes (``ServerLaunch.keep_alive``).
 
@@ -26,14 +31,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
 
-from specs.env import ServerLaunch
+from specs.env import HOST_PLACEHOLDER, PORT_PLACEHOLDER, ServerLaunch
 from specs.errors import SpecError, raise_all, read_json_file, split_validation_error
 from specs.templates import TEMPLATE
 
@@ -47,6 +51,12 @@ class CommandSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     args: tuple[str, ...] = ()
 
 
+class ListenerSpec(CommandSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A command that serves streamable HTTP on ``{{HOST}}:{{PORT}}`` at ``path``."""
+
+    path: str = "/mcp"
+
+
 class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One server of the registry, templates unfilled (safe to log)."""
 
@@ -54,6 +64,9 @@ class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
     stdio: CommandSpec | None = None
     sse: CommandSpec | None = None
     """Command that starts the server as an SSE listener (MCP-Universe fills ``{{PORT}}``)."""
+    streamable_http: ListenerSpec | None = None
+    """Command that starts the server as a streamable-HTTP listener inside the environment, on
+    ``{{HOST}}:{{PORT}}`` (filled per environment by the provisioner)."""
     http_url: str | None = None
     """URL of a running streamable-HTTP server."""
     headers: dict[str, str] | None = None
@@ -67,7 +80,7 @@ class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
     def variables(self) -> list[str]:
         """Names of every template variable the entry uses, sorted."""
         texts: list[str] = list(self.env.values()) + list((self.headers or {}).values())
-        for cmd in (self.stdio, self.sse):
+        for cmd in (self.stdio, self.sse, self.streamable_http):
             if cmd is not None:
                 texts.extend([cmd.command, *cmd.args])
         if self.http_url:
@@ -75,7 +88,9 @@ class ServerEntry(msgspec.Struct, frozen=True, kw_only=True):
         return sorted({m.group(1) for t in texts for m in TEMPLATE.finditer(t)})
 
 
-_ENTRY_FIELDS = ("stdio", "sse", "http_url", "headers", "env", "keep_alive")
+_ENTRY_FIELDS = ("stdio", "sse", "streamable_http", "http_url", "headers", "env", "keep_alive")
+_TRANSPORT_FIELDS = ("stdio", "streamable_http", "http_url", "sse")
+"""The entry's transports, in the order ``launch`` prefers them."""
 
 
 class ServerRegistry:
@@ -104,16 +119,16 @@ class ServerRegistry:
     def launch(self, name: str, environ: Mapping[str, str] | None = None) -> ServerLaunch:
         """How to reach ``name``, templates filled from ``environ`` (default: os.environ).
 
-        The transport is the entry's ``stdio`` command when it has one, else its ``http_url``
-        (streamable HTTP, with ``headers``), else its ``sse`` command (``{{PORT}}`` is left for the
-        gateway, which starts one server per environment on a free port and reaches it at
-        ``http://127.0.0.1:<port>/sse``)."""
+        The transport is the entry's ``stdio`` command when it has one, else its ``streamable_http``
+        command, else its ``http_url`` (streamable HTTP, with ``headers``), else its ``sse``
+        command. A listener's ``{{HOST}}`` and ``{{PORT}}`` (and its URL's) are left for the
+        provisioner, which starts one server per environment (``Provisioner.listen_address``)."""
         entry = self.entry(name)
         where = f"server {name!r}"
         source = dict(os.environ if environ is None else environ)
         fill = _Filler(source, self.file, name)
         env = {k: fill(v, f"{where}.env.{k}") for k, v in entry.env.items()}
-        if entry.stdio is None and entry.http_url:
+        if entry.stdio is None and entry.streamable_http is None and entry.http_url:
             headers = {k: fill(v, f"{where}.headers.{k}") for k, v in (entry.headers or {}).items()}
             return ServerLaunch(
                 name=name,
@@ -123,15 +138,20 @@ class ServerRegistry:
                 env=env,
                 secrets=fill.secrets(),
             )
-        spec = entry.stdio if entry.stdio is not None else entry.sse
-        transport: Literal["stdio", "sse"] = "stdio" if entry.stdio is not None else "sse"
-        assert spec is not None  # parsing demands one transport
+        commands: tuple[tuple[Literal["stdio", "sse", "http"], str, CommandSpec | None], ...] = (
+            ("stdio", "stdio", entry.stdio),
+            ("http", "streamable_http", entry.streamable_http),
+            ("sse", "sse", entry.sse),
+        )
+        transport, field, spec = next(c for c in commands if c[2] is not None)  # parsing demands one
+        assert spec is not None
         url: str | None = None
-        if transport == "sse":  # a port per environment: the gateway fills it when it starts one
-            fill.public["PORT"] = PORT_PLACEHOLDER
-            url = f"http://127.0.0.1:{PORT_PLACEHOLDER}/sse"
-        command = fill(spec.command, f"{where}.{transport}.command", secret=False)
-        args = tuple(fill(a, f"{where}.{transport}.args[{i}]", secret=False) for i, a in enumerate(spec.args))
+        if transport != "stdio":  # a listener per environment: the provisioner fills its address
+            fill.public |= {"PORT": PORT_PLACEHOLDER, "HOST": HOST_PLACEHOLDER}
+            path = spec.path if isinstance(spec, ListenerSpec) else "/sse"
+            url = f"http://{HOST_PLACEHOLDER}:{PORT_PLACEHOLDER}{path}"
+        command = fill(spec.command, f"{where}.{field}.command", secret=False)
+        args = tuple(fill(a, f"{where}.{field}.args[{i}]", secret=False) for i, a in enumerate(spec.args))
         if command in _PYTHON_NAMES:
             command = sys.executable
         elif "/" in command and not os.path.isabs(command):
@@ -148,17 +168,6 @@ class ServerRegistry:
             secrets=fill.secrets(),
             keep_alive=entry.keep_alive and transport == "stdio",
         )
-
-
-PORT_PLACEHOLDER = "{{PORT}}"
-"""Left in an ``sse`` server's command and URL; the gateway puts a free port there per environment."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Filler:
@@ -210,8 +219,10 @@ def _parse_entry(name: str, raw: Any, file: str) -> ServerEntry:
             file, f"{where}.{unknown[0]}", f"unknown field; accepted fields: {', '.join(_ENTRY_FIELDS)}"
         )
     known = {k: v for k, v in raw.items() if k in _ENTRY_FIELDS}
-    if not any(known.get(k) for k in ("stdio", "sse", "http_url")):
-        raise SpecError(file, where, "needs at least one transport: 'stdio', 'sse' or 'http_url'")
+    if not any(known.get(k) for k in _TRANSPORT_FIELDS):
+        raise SpecError(
+            file, where, "needs at least one transport: 'stdio', 'streamable_http', 'http_url' or 'sse'"
+        )
     try:
         return msgspec.convert({"name": name, **known}, ServerEntry)
     except msgspec.ValidationError as e:

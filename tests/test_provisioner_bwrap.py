@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import anyio
@@ -113,3 +114,58 @@ async def test_without_cgroups_the_memory_limit_holds_per_process_through_rlimit
             fits = await handle.run(["python3", "-c", "print(len(bytearray(64 * 1024 ** 2)))"])
             assert (fits.returncode, fits.stdout.strip()) == (0, str(64 * 1024**2))
             assert await provisioner.limits_hit(env) == {}
+
+
+def test_a_command_of_an_npm_installation_binds_its_whole_prefix(tmp_path: Path) -> None:
+    """``<prefix>/node_modules/.bin/tool`` links into its package, which requires sibling packages:
+    the prefix is bound, not the two directories the link touches."""
+    from actors.provisioners.bwrap import install_roots
+
+    package = tmp_path / "browser" / "node_modules" / "@scope" / "tool"
+    package.mkdir(parents=True)
+    (package / "cli.js").write_text("#!/bin/sh\n")
+    (tmp_path / "browser" / "node_modules" / ".bin").mkdir()
+    (tmp_path / "browser" / "node_modules" / ".bin" / "tool").symlink_to("../@scope/tool/cli.js")
+    roots = install_roots(str(tmp_path / "browser" / "node_modules" / ".bin" / "tool"), "/")
+    assert tmp_path / "browser" in roots and not any(tmp_path / "browser" in r.parents for r in roots)
+
+
+LISTENER = (
+    "import socket\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+    "print(s.getsockname()[1], flush=True)\n"
+    "c, _ = s.accept(); c.sendall(b'hello from the same environment'); c.close()\n"
+)
+CLIENT = (
+    "import errno, socket, sys\n"
+    "try:\n"
+    "    print(socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5).recv(100).decode())\n"
+    "except OSError as e:\n"
+    "    print(errno.errorcode.get(e.errno, str(e)))\n"
+)
+
+
+@pytest.mark.anyio
+async def test_the_sandboxes_of_one_environment_share_its_loopback_and_no_other_does(
+    provisioner: BwrapProvisioner,
+) -> None:
+    """A server listening on 127.0.0.1 in one sandbox is reached from another sandbox of its
+    environment (a browser and the web app it shows), not from another environment; the namespace
+    goes with the environment."""
+    from actors.provisioners import bwrap_net
+
+    if bwrap_net.why_not_shared() is not None:
+        pytest.skip(f"one namespace per environment needs root here: {bwrap_net.why_not_shared()}")
+    with anyio.fail_after(60):
+        async with environment(provisioner) as env, environment(provisioner) as other:
+            held = env.data["netns"]
+            assert held and await anyio.Path(held).exists() and other.data["netns"] != held
+            async with background(provisioner, env, LISTENER) as (_, port):
+                outside = await provisioner.exec(other, [sys.executable, "-c", CLIENT, port])
+                inside = await provisioner.exec(env, [sys.executable, "-c", CLIENT, port])
+            assert (inside.stdout.strip(), outside.stdout.strip()) == (
+                "hello from the same environment",
+                "ECONNREFUSED",
+            ), (inside.stderr, outside.stderr)
+    mounts = await anyio.Path("/proc/mounts").read_text()
+    assert not await anyio.Path(held).exists() and held not in mounts

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from specs.env import ListenAddress
 from specs.errors import SpecError, SpecErrors
 from specs.servers import load_server_registry
 
@@ -99,8 +100,35 @@ def test_an_sse_only_server_leaves_its_port_to_the_gateway_and_it_is_not_a_secre
         json.dumps({"s": {"sse": {"command": "python3", "args": ["-m", "srv", "--port", "{{PORT}}"]}}})
     )
     launch = load_server_registry(path).launch("s", environ={})
-    assert launch.transport == "sse" and launch.args[-1] == "{{PORT}}"
-    assert launch.url == "http://127.0.0.1:{{PORT}}/sse" and launch.secrets == ()
+    assert launch.transport == "sse" and launch.listens and launch.args[-1] == "{{PORT}}"
+    assert launch.url == "http://{{HOST}}:{{PORT}}/sse" and launch.secrets == ()
+    there = launch.listening_at(ListenAddress(bind="0.0.0.0", port=8001, reach="10.0.0.7"))
+    assert (there.args[-1], there.url) == ("8001", "http://10.0.0.7:8001/sse")
+
+
+def test_a_streamable_http_command_listens_in_the_env_and_comes_after_stdio(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    listener = {"command": "srv", "args": ["--host", "{{HOST}}", "--port", "{{PORT}}"], "path": "/rpc"}
+    stdio = {"command": "srv", "args": ["--stdio"]}
+    path.write_text(
+        json.dumps(
+            {
+                "http": {"streamable_http": listener, "http_url": "https://elsewhere/mcp", "sse": stdio},
+                "both": {"streamable_http": listener, "stdio": stdio},
+            }
+        )
+    )
+    registry = load_server_registry(path)
+    http = registry.launch("http", environ={})
+    assert (http.transport, http.listens, http.url) == ("http", True, "http://{{HOST}}:{{PORT}}/rpc")
+    local = http.listening_at(ListenAddress(bind="127.0.0.1", port=5000, reach="127.0.0.1"))
+    assert (
+        local.args == ("--host", "127.0.0.1", "--port", "5000") and local.url == "http://127.0.0.1:5000/rpc"
+    )
+    assert registry.launch("both", environ={}).transport == "stdio"  # stdio first, as for sse
+    path.write_text(json.dumps({"bad": {"streamable_http": {"command": "srv", "port": 1}}}))
+    with pytest.raises(SpecError, match=r"server 'bad'.streamable_http.*port"):
+        load_server_registry(path)
 
 
 def test_keep_alive_marks_a_stdio_server_only_and_must_be_a_boolean(tmp_path: Path) -> None:
@@ -133,5 +161,8 @@ def test_malformed_entries_are_all_reported(tmp_path: Path) -> None:
         load_server_registry(path)
     wheres = [p.where for p in info.value.problems]
     assert wheres == ["server 'a'.transport", "server 'b'.stdio", "server 'c'"]
-    assert "accepted fields: stdio, sse, http_url, headers, env, keep_alive" in info.value.problems[0].message
+    assert (
+        "accepted fields: stdio, sse, streamable_http, http_url, headers, env, keep_alive"
+        in info.value.problems[0].message
+    )
     assert "missing required field `command`" in info.value.problems[1].message

@@ -4,14 +4,16 @@ A provisioner creates isolated environments, resets them for reuse, checks their
 them, and lists the ones a run owns (for the reaper). It also knows how to start a process inside
 an environment: ``exec`` for hooks and evaluators, ``stdio_launch`` for MCP servers that the gateway
 reaches over stdio. ``EnvInfo`` is plain data, so any process (pool, gateway, evaluator) can act
-on an environment through ``make_provisioner(info.backend)``.
+on an environment through ``make_provisioner(info.backend)``. A server that listens (streamable
+HTTP or SSE, ``ServerLaunch.listens``) is started like a stdio one, on the address
+``listen_address`` gives, and reached over the network at that address.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ExecResult, ListenAddress, ServerLaunch
 
 
 @runtime_checkable
@@ -50,6 +52,10 @@ class Provisioner(Protocol):
 
     def stdio_launch(self, env: EnvInfo, server: ServerLaunch) -> ServerLaunch:
         """The command line that runs ``server`` inside ``env`` with stdio crossing the boundary."""
+
+    async def listen_address(self, env: EnvInfo, server: ServerLaunch) -> ListenAddress:
+        """Where the listener ``server`` (``server.listens``) of ``env`` listens, and where this
+        host reaches it; ``EnvError`` saying why where the backend cannot reach one (bwrap)."""
 
     def spec(self) -> dict[str, Any]:
         """Constructor arguments (plain JSON) that rebuild this provisioner in another process:

@@ -17,8 +17,10 @@ its own fresh ``bwrap`` sandbox, and all of them share the environment's files:
   host, so ``EnvInfo.workdir`` names the same files on both sides (a fixed ``/work`` would collide
   with host paths such as a project under ``/work``: bwrap would create the mount points of the
   read-only binds inside the environment's work dir); ``/tmp`` is a private tmpfs per sandbox;
-- network: only loopback, and each sandbox has its *own* loopback: no egress, no host ports, and
-  two processes of one environment do not share ports either.
+- network: only loopback, one per environment, shared by its sandboxes (a server reaches what
+  another process of the environment serves on ``127.0.0.1``): no egress, no host ports, nothing
+  of another environment. Where this process is not root, each sandbox has a loopback of its own
+  instead (``actors.provisioners.bwrap_net``).
 
 This is isolation by Linux namespaces, not a virtual machine: the sandbox shares the host kernel.
 Limits (``memory_mb``, default 2048; ``pids``, default 512; ``cpus``, default none; an
@@ -69,7 +71,7 @@ import msgspec
 import psutil
 
 from actors.errors import EnvError
-from actors.provisioners import limits
+from actors.provisioners import bwrap_net, limits
 from actors.provisioners.limits import Limits
 from actors.provisioners.local import (
     ENV_MARKER,
@@ -83,7 +85,7 @@ from actors.provisioners.local import (
     run_with_deadline,
     write_label,
 )
-from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ExecResult, ListenAddress, ServerLaunch
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +159,10 @@ class BwrapProvisioner(LocalProvisioner):
         )
         try:
             groups = await anyio.to_thread.run_sync(self._make_groups, info.env_id, wanted)
+            netns = await anyio.to_thread.run_sync(bwrap_net.create, Path(info.data["env_dir"]))
             info = msgspec.structs.replace(
-                info, data=info.data | {"limits": msgspec.to_builtins(wanted), "cgroups": groups}
+                info,
+                data=info.data | {"limits": msgspec.to_builtins(wanted), "cgroups": groups, "netns": netns},
             )
             await anyio.to_thread.run_sync(write_label, Path(info.data["env_dir"]), msgspec.json.encode(info))
         except OSError as e:
@@ -212,6 +216,7 @@ class BwrapProvisioner(LocalProvisioner):
 
     async def destroy(self, env: EnvInfo) -> None:
         await anyio.to_thread.run_sync(kill_env_processes, env.env_id)
+        await anyio.to_thread.run_sync(bwrap_net.remove, env.data.get("netns"))
         await anyio.to_thread.run_sync(limits.remove, groups_of(env))
         await super().destroy(env)
 
@@ -237,7 +242,7 @@ class BwrapProvisioner(LocalProvisioner):
             raise EnvError(f"bwrap env {env.env_id}: exec needs a command, got an empty argv")
         await anyio.to_thread.run_sync(checked_dir, env)
         args = await anyio.to_thread.run_sync(sandbox_args, env, argv[0], env.workdir, {})
-        command = limited(env, [bwrap_path(), *args, "--", *argv])
+        command = limited(env, bwrap_net.entered(env.data.get("netns"), [bwrap_path(), *args, "--", *argv]))
         return await run_with_deadline(
             command,
             env=env,
@@ -254,13 +259,22 @@ class BwrapProvisioner(LocalProvisioner):
         cwd = str(Path(env.workdir) / server.cwd) if server.cwd else env.workdir
         server_env = dict(server.env) | keep_marker(server)
         args = sandbox_args(env, server.command, cwd, server_env)
-        command = limited(env, [bwrap_path(), *args, "--", server.command, *server.args])
+        sandbox = [bwrap_path(), *args, "--", server.command, *server.args]
+        command = limited(env, bwrap_net.entered(env.data.get("netns"), sandbox))
         return ServerLaunch(
             name=server.name,
             command=command[0],
             args=tuple(command[1:]),
             env=server_env | {ENV_MARKER: env.env_id},
             cwd=env.workdir,
+        )
+
+    async def listen_address(self, env: EnvInfo, server: ServerLaunch) -> ListenAddress:
+        """None: an environment's loopback (its own network namespace) is not reachable from here."""
+        raise EnvError(
+            f"bwrap env {env.env_id}: MCP server {server.name!r} listens ({server.transport}), and a "
+            "bubblewrap environment has no network that this host reaches; give it a 'stdio' entry, "
+            "or run it on the docker backend (a container network of its own) or the local one"
         )
 
 
@@ -315,7 +329,8 @@ def sandbox_args(env: EnvInfo, command: str, cwd: str, own_env: dict[str, str]) 
     env_dir = Path(env.data.get("env_dir", ""))
     home, work = str(env_dir / "home"), env.workdir
     size = int(env.data.get("tmp_size_mb", 1024)) * 1024 * 1024
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args = ["--unshare-all", *(["--share-net"] if env.data.get("netns") else [])]  # the env's own (bwrap_net)
+    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += [*(["--size", str(size)] if _has_tmpfs_size() else []), "--tmpfs", "/tmp"]
     system_args, covered = _system_binds()
@@ -388,7 +403,11 @@ def install_roots(command: str, cwd: str) -> list[Path]:
 
 
 def _prefix(path: Path) -> Path:
-    """``/opt/py/bin/python`` -> ``/opt/py``, unless that would bind a whole home directory."""
+    """``/opt/py/bin/python`` -> ``/opt/py``, unless that would bind a whole home directory; a file
+    of an npm installation (``<prefix>/node_modules/...``) -> ``<prefix>``: its packages require
+    their siblings."""
+    if "node_modules" in path.parts[:-1]:
+        return Path(*path.parts[: path.parts.index("node_modules")])
     if path.parent.name not in ("bin", "sbin"):
         return path.parent
     prefix = path.parent.parent

@@ -15,7 +15,9 @@ An environment is a container that idles (``sleep infinity``) while the work hap
   mcprl/hostroot`` inherits its label and gets the same binds, so a domain can add files on top.
 - **confinement**: read-only root; ``/workspace`` (the working directory, ``EnvInfo.workdir``) and
   ``/tmp`` are size-capped tmpfs; memory (no swap), CPU and pid limits; every capability dropped;
-  ``no-new-privileges``; network ``none`` unless ``EnvConfig.network``.
+  ``no-new-privileges``; network ``none`` unless ``EnvConfig.network``, or, when a server listens
+  (streamable HTTP or SSE), an internal network of the container's own, reachable from this host,
+  with no route out (``actors/provisioners/docker_network.py``).
 - **reset** restarts the container: every process dies and both tmpfs come back empty, whatever
   the image contains (no ``rm`` or ``kill`` needed inside).
 - **labels**: ``io.mcprl.backend``, ``io.mcprl.run``, ``io.mcprl.env`` and the whole ``EnvInfo``
@@ -28,6 +30,9 @@ An environment is a container that idles (``sleep infinity``) while the work hap
   environment marker ``MCPRL_ENV_ID``; on a deadline the exec's process tree is killed through its
   host pid, after checking that the pid carries the marker (an engine on another host: the process
   lives until the environment's next reset or destroy, which the pool does for a broken env).
+  A listening server runs the same way, on ``0.0.0.0`` and a port of its own
+  (``docker_network.LISTEN_PORT`` on), and is reached at the container's address
+  (``listen_address``).
 
 An image needs ``sleep`` (and ``sh``, for ``EnvHandle.write_file``). Secrets in a server's
 environment go to the engine in the exec's ``Env``, never on a command line.
@@ -36,13 +41,10 @@ environment go to the engine in the exec's ``Env``, never on a command line.
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
-import json
 import logging
 import os
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -53,14 +55,15 @@ import anyio
 import msgspec
 
 from actors.errors import EnvError
+from actors.provisioners import docker_context, docker_network
 from actors.provisioners.bwrap import ETC_FILES, SANDBOX_PATH, install_roots, outermost
 from actors.provisioners.docker_exec import engine_client, env_url, exec_blocking, short
 from actors.provisioners.local import owner
-from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ExecResult, ListenAddress, ServerLaunch
 
 logger = logging.getLogger(__name__)
 
-WORKDIR = "/workspace"
+WORKDIR = docker_context.WORKDIR
 """The working directory inside every container (a tmpfs); a host path bound into a container must
 not lie below it (the project at ``/work/...`` would otherwise show up in the agent's directory)."""
 HOSTROOT_REPO = "mcprl/hostroot"
@@ -117,6 +120,12 @@ class DockerProvisioner:
     async def create(self, config: EnvConfig, run_id: str) -> EnvInfo:
         image, hostroot = await self.ensure_image(config)
         env_id = uuid.uuid4().hex[:12]
+        listeners = [s.name for s in config.servers if s.listens]
+        data: dict[str, Any] = {"container": f"mcprl-{env_id}", "docker_url": self.base_url, "image": image}
+        if listeners:
+            data["ports"] = {name: docker_network.LISTEN_PORT + i for i, name in enumerate(listeners)}
+            if not config.network:
+                data["network"] = f"mcprl-{env_id}"
         info = EnvInfo(
             env_id=env_id,
             run_id=run_id,
@@ -124,15 +133,14 @@ class DockerProvisioner:
             key=config.key(),
             workdir=WORKDIR,
             created_at=time.time(),
-            data={
-                "container": f"mcprl-{env_id}",
-                "docker_url": self.base_url,
-                "image": image,
-                **owner(),
-            },
+            data=data | owner(),
         )
-        options = self._run_options(config, info, hostroot)
         try:
+            if "network" in data:
+                await anyio.to_thread.run_sync(
+                    docker_network.create, self.base_url, data["network"], self.labels(info)
+                )
+            options = self._run_options(config, info, hostroot)
             await anyio.to_thread.run_sync(
                 functools.partial(engine_client(self.base_url).containers.run, **options)
             )
@@ -174,6 +182,8 @@ class DockerProvisioner:
                 engine_client(env_url(env)).api.remove_container(env.data["container"], force=True, v=True)
             except docker.errors.NotFound:
                 pass  # idempotent
+            if "network" in env.data:
+                docker_network.remove(env_url(env), env.data["network"])
 
         await anyio.to_thread.run_sync(remove)
 
@@ -183,15 +193,19 @@ class DockerProvisioner:
         def listed() -> list[dict[str, Any]]:
             return list(engine_client(self.base_url).api.containers(all=True, filters={"label": labels}))
 
-        found: list[EnvInfo] = []
-        for container in await anyio.to_thread.run_sync(listed):
+        found: dict[str, EnvInfo] = {}
+        # a network outlives its container only when a create failed between the two
+        everything = await anyio.to_thread.run_sync(listed) + await anyio.to_thread.run_sync(
+            docker_network.listed, self.base_url, labels
+        )
+        for labelled in everything:
             try:
-                found.append(msgspec.json.decode(container["Labels"][LABEL_INFO], type=EnvInfo))
-            except (KeyError, msgspec.DecodeError) as e:
-                logger.warning(
-                    "container %s has no readable %s label: %s", container.get("Id"), LABEL_INFO, e
-                )
-        return found
+                info = msgspec.json.decode(labelled["Labels"][LABEL_INFO], type=EnvInfo)
+            except (KeyError, TypeError, msgspec.DecodeError) as e:
+                logger.warning("%s has no readable %s label: %s", labelled.get("Id"), LABEL_INFO, e)
+                continue
+            found.setdefault(info.env_id, info)
+        return list(found.values())
 
     async def exec(
         self, env: EnvInfo, argv: list[str], *, stdin: bytes | None = None, timeout_s: float = 60.0
@@ -261,6 +275,28 @@ class DockerProvisioner:
             cwd=None,
         )
 
+    async def listen_address(self, env: EnvInfo, server: ServerLaunch) -> ListenAddress:
+        """All of the container's addresses, on the server's own port; reached at the container's
+        address on its network (found again each time: a restart may move it)."""
+        port = (env.data.get("ports") or {}).get(server.name)
+        if port is None:
+            raise EnvError(
+                f"docker env {env.env_id}: MCP server {server.name!r} listens, but the environment was "
+                "created without it in its config's servers, so it has no port"
+            )
+
+        def container_address() -> str:
+            container = engine_client(env_url(env)).containers.get(env.data["container"])
+            return docker_network.address(container, env.data.get("network"))
+
+        try:
+            reach = await anyio.to_thread.run_sync(container_address)
+        except EnvError:
+            raise
+        except Exception as e:
+            raise EnvError(f"docker env {env.env_id}: cannot read the container's address: {short(e)}") from e
+        return ListenAddress(bind="0.0.0.0", port=int(port), reach=reach)
+
     # -- images --------------------------------------------------------------------------------
 
     async def ensure_image(self, config: EnvConfig) -> tuple[str, bool]:
@@ -272,7 +308,7 @@ class DockerProvisioner:
         hostroot = await self._ensure_hostroot()
         if not config.dockerfile_path:
             return hostroot, True
-        context = _dockerfile_context(config.dockerfile_path, config.build_args)
+        context = docker_context.dockerfile_context(config.dockerfile_path, config.build_args)
         tag = await self._build_once(TASK_REPO, context, config.build_args)
         image = await anyio.to_thread.run_sync(client.images.get, tag)
         return tag, HOSTROOT_LABEL in (image.labels or {})
@@ -297,7 +333,7 @@ class DockerProvisioner:
     async def _ensure_hostroot(self) -> str:
         """The host-root image, also tagged ``mcprl/hostroot:latest`` for ``FROM`` lines."""
         if self._hostroot is None:
-            tag = await self._build_once(HOSTROOT_REPO, _hostroot_context())
+            tag = await self._build_once(HOSTROOT_REPO, docker_context.hostroot_context())
             client = engine_client(self.base_url)
             await anyio.to_thread.run_sync(lambda: client.images.get(tag).tag(HOSTROOT_REPO, "latest"))
             self._hostroot = tag
@@ -307,7 +343,7 @@ class DockerProvisioner:
         """Build ``context`` (a tar with a ``Dockerfile``) unless its tag exists; one build per tag."""
         import docker.errors
 
-        tag = _tag(repo, context, build_args)
+        tag = docker_context.tag(repo, context, build_args)
         client = engine_client(self.base_url)
         async with self._build_locks.setdefault(tag, anyio.Lock()):
             try:
@@ -364,12 +400,7 @@ class DockerProvisioner:
             "entrypoint": ["sleep"],
             "command": ["infinity"],
             "detach": True,
-            "labels": {
-                LABEL_BACKEND: self.name,
-                LABEL_RUN: info.run_id,
-                LABEL_ENV: info.env_id,
-                LABEL_INFO: msgspec.json.encode(info).decode(),
-            },
+            "labels": self.labels(info),
             "environment": {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"},
             "working_dir": WORKDIR,
             "read_only": True,
@@ -378,13 +409,23 @@ class DockerProvisioner:
                 "/tmp": f"size={self.tmp_size_mb}m,mode=1777",
             },
             "volumes": volumes,
-            "network_mode": None if config.network else "none",
+            **({"network": info.data["network"]} if "network" in info.data else {}),
+            "network_mode": None if config.network or "network" in info.data else "none",
             "mem_limit": f"{memory}m",
             "memswap_limit": f"{memory}m",
             "pids_limit": config.pids or self.pids,
             **({"nano_cpus": int(cpus * 1e9)} if cpus else {}),
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
+        }
+
+    def labels(self, info: EnvInfo) -> dict[str, str]:
+        """What finds the environment's container and network in the engine alone (the reaper)."""
+        return {
+            LABEL_BACKEND: self.name,
+            LABEL_RUN: info.run_id,
+            LABEL_ENV: info.env_id,
+            LABEL_INFO: msgspec.json.encode(info).decode(),
         }
 
 
@@ -397,69 +438,6 @@ def _wait_running(container: Any) -> None:
         if time.monotonic() > deadline:
             raise EnvError(f"container {container.name} is {container.status!r}, not running")
         time.sleep(0.05)
-
-
-# -- image contexts ------------------------------------------------------------------------------
-
-
-def _tag(repo: str, context: bytes, build_args: dict[str, str] | None = None) -> str:
-    digest = hashlib.sha256(context)
-    digest.update(json.dumps(build_args or {}, sort_keys=True).encode())
-    return f"{repo}:{digest.hexdigest()[:16]}"
-
-
-@functools.cache
-def _hostroot_context() -> bytes:
-    """A build context for the host-root image: empty mount points, and ``/bin``, ``/lib``... as
-    the host has them (symlinks into ``/usr`` on merged-usr systems)."""
-    dockerfile = b"FROM scratch\nCOPY rootfs/ /\n"
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        _add(tar, "Dockerfile", data=dockerfile)
-        for name in (
-            "rootfs",
-            *(f"rootfs/{d}" for d in (WORKDIR.strip("/"), "tmp", "etc", "usr", "proc", "dev", "sys", "run")),
-        ):
-            _add(tar, name, kind=tarfile.DIRTYPE)
-        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(top):
-                _add(tar, f"rootfs{top}", kind=tarfile.SYMTYPE, link=os.readlink(top))
-            elif os.path.isdir(top):
-                _add(tar, f"rootfs{top}", kind=tarfile.DIRTYPE)
-    return buf.getvalue()
-
-
-def _dockerfile_context(dockerfile_path: str, build_args: dict[str, str]) -> bytes:
-    """The build context of a task's Dockerfile: its directory, with the Dockerfile as ``Dockerfile``
-    (deterministic tar, so equal content gives an equal tag)."""
-    dockerfile = Path(dockerfile_path)
-    if not dockerfile.is_file():
-        raise EnvError(f"docker backend: dockerfile_path {dockerfile_path!r} is not a file")
-    root = dockerfile.resolve().parent
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        _add(tar, "Dockerfile", data=dockerfile.read_bytes())
-        for path in sorted(root.rglob("*")):
-            rel = path.relative_to(root).as_posix()
-            if path == dockerfile.resolve() or rel == "Dockerfile" or not path.is_file():
-                continue
-            _add(tar, rel, data=path.read_bytes(), mode=path.stat().st_mode & 0o777)
-    return buf.getvalue()
-
-
-def _add(
-    tar: tarfile.TarFile,
-    name: str,
-    *,
-    data: bytes = b"",
-    kind: bytes = tarfile.REGTYPE,
-    link: str = "",
-    mode: int = 0o755,
-) -> None:
-    info = tarfile.TarInfo(name)
-    info.type, info.linkname, info.mode, info.mtime = kind, link, mode, 0
-    info.size = len(data) if kind == tarfile.REGTYPE else 0
-    tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
 @functools.cache

@@ -46,7 +46,7 @@ import psutil
 
 from actors.env_watchdog import start_marker
 from actors.errors import EnvError
-from specs.env import EnvConfig, EnvInfo, ExecResult, ServerLaunch
+from specs.env import EnvConfig, EnvInfo, ExecResult, ListenAddress, ServerLaunch
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,20 @@ class LocalProvisioner:
             env=_process_environ(env, dict(server.env) | keep_marker(server)),
             cwd=str(cwd),
         )
+
+    async def listen_address(self, env: EnvInfo, server: ServerLaunch) -> ListenAddress:
+        """A port of this host's loopback that was free a moment ago."""
+        return ListenAddress(bind=LOOPBACK, port=free_port(), reach=LOOPBACK)
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on the loopback that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
 
 
 def keep_marker(server: ServerLaunch) -> dict[str, str]:
@@ -360,11 +374,11 @@ def owner() -> dict[str, Any]:
     return {"owner_pid": pid, "owner_started": start_marker(pid), "owner_host": socket.gethostname()}
 
 
-def wait_until_gone(procs: list[psutil.Process]) -> None:
-    """Bounded wait until every process is dead. Polls instead of psutil.wait_procs: waitpid on our
+def wait_until_gone(procs: list[psutil.Process], within_s: float | None = None) -> None:
+    """Bounded wait (``within_s``, default ``KILL_REAP_S``) until every process is dead. Polls instead of psutil.wait_procs: waitpid on our
     own children would steal the exit status from the event loop's child watcher. A zombie is dead
     enough: it holds no files and runs no code."""
-    deadline = time.monotonic() + KILL_REAP_S
+    deadline = time.monotonic() + (KILL_REAP_S if within_s is None else within_s)
     while any(_running(p) for p in procs) and time.monotonic() < deadline:
         time.sleep(0.01)
 
