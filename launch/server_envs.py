@@ -19,6 +19,11 @@ server's venv, non-editable, so the server runs from its venv alone on every bac
 sees the venv, not the project tree). The recorded requirements carry a digest of the directory's
 files, so a changed server is reinstalled at the next ``make servers``.
 
+A server from the npm registry is listed as ``npm:<package>@<version>`` (every requirement of that
+server must be one): its environment is an npm prefix, ``<root>/<server>/node_modules``, installed
+with the machine's ``npm``, and its ``servers.json`` entry runs
+``.cache/servers/<server>/node_modules/.bin/<command>`` (the bwrap backend binds the whole prefix).
+
     python -m launch.server_envs [--root .cache/servers] [FILE_OR_DOMAIN_DIR ...]
 """
 
@@ -73,6 +78,25 @@ def collect(files: Iterable[Path]) -> dict[str, list[str]]:
     return wanted
 
 
+NPM = "npm:"
+
+
+def npm_packages(requirements: list[str], server: str) -> list[str] | None:
+    """The npm packages of a server whose requirements are all ``npm:``; ``None`` when none is;
+    ``SystemExit`` when some are (one environment is a venv or an npm prefix, not both)."""
+    npm = [r.removeprefix(NPM) for r in requirements if r.startswith(NPM)]
+    if npm and len(npm) != len(requirements):
+        raise SystemExit(
+            f"server env {server!r}: mixes npm: and Python requirements {requirements}; split it in two"
+        )
+    unpinned = [p for p in npm if "@" not in p.lstrip("@")]
+    if unpinned:
+        raise SystemExit(
+            f"server env {server!r}: pin each npm package to a version (<package>@<version>): {unpinned}"
+        )
+    return npm or None
+
+
 def is_local(requirement: str) -> bool:
     """A requirement naming a directory of the project (``./specs/domains/apps/servers``)."""
     return requirement.startswith("./")
@@ -125,9 +149,15 @@ def ensure_server_env(root: Path, server: str, requirements: list[str]) -> Path:
     stamp = env / ".requirements.json"
     install, record = resolved(requirements)
     wanted = json.dumps(sorted(record))
-    if stamp.exists() and stamp.read_text() == wanted:
+    npm = npm_packages(requirements, server)
+    entry = env / ("node_modules" if npm is not None else "bin/python")
+    if stamp.exists() and stamp.read_text() == wanted and entry.exists():
         return env
     print(f"server env {server}: installing {' '.join(requirements)}", flush=True)
+    if npm is not None:
+        install_npm(env, npm)
+        stamp.write_text(wanted)
+        return env
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
     with tempfile.TemporaryDirectory(prefix=f"mcprl-server-{server}-") as scratch:
         # a local project is built from a copy: pip's build/ and *.egg-info never land in the tree
@@ -135,6 +165,17 @@ def ensure_server_env(root: Path, server: str, requirements: list[str]) -> Path:
         subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", *install], check=True)
     stamp.write_text(wanted)
     return env
+
+
+def install_npm(env: Path, packages: list[str]) -> None:
+    """A fresh npm prefix at ``env`` holding exactly ``packages`` (and what they depend on)."""
+    if shutil.which("npm") is None:
+        raise SystemExit(f"server env {env.name}: needs npm (Debian: apt-get install nodejs npm)")
+    shutil.rmtree(env, ignore_errors=True)
+    env.mkdir(parents=True)
+    (env / "package.json").write_text(json.dumps({"name": f"mcprl-server-{env.name}", "private": True}))
+    quiet = ["--no-audit", "--no-fund", "--loglevel=error", "--save-exact"]
+    subprocess.run(["npm", "install", "--prefix", str(env), *quiet, *packages], check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     files = [spec_file(a) for a in args.specs] or default_spec_files()
     # a domain directory without server_envs.json has no server of its own: nothing to build
     for server, requirements in collect(f for f in files if f.is_file()).items():
-        ensure_server_env(Path(args.root), server, requirements)
+        # the real path: a venv records its own path (shebangs, pyvenv.cfg), and a .cache reached
+        # through a symlink (a git worktree sharing one) would record the link, which may go away
+        ensure_server_env(Path(args.root).resolve(), server, requirements)
     return 0
 
 

@@ -39,3 +39,14 @@ def test_the_digest_changes_with_the_code_and_ignores_build_outputs(tmp_path: Pa
 def test_a_local_requirement_that_is_no_project_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"'\./nowhere': expected a project directory with a pyproject.toml"):
         resolved(["./nowhere"], tmp_path)
+
+
+def test_an_npm_server_is_all_npm_and_pinned() -> None:
+    from launch.server_envs import npm_packages
+
+    assert npm_packages(["npm:@playwright/mcp@0.0.83"], "browser") == ["@playwright/mcp@0.0.83"]
+    assert npm_packages(["mcp==2.3.0"], "time") is None
+    with pytest.raises(SystemExit, match="mixes npm: and Python requirements"):
+        npm_packages(["npm:x@1", "mcp==2.3.0"], "s")
+    with pytest.raises(SystemExit, match=r"pin each npm package .*\['@playwright/mcp'\]"):
+        npm_packages(["npm:@playwright/mcp"], "s")
