@@ -28,3 +28,6 @@ class GatewayError(MCPRLError):
 
 class InfraError(MCPRLError):
     """An environment or MCP server died or failed to start: the trajectory failed by infrastructure."""
+
+    cause = "infra_failed"
+    """What the rollout counts the lost trajectory under (``lost_<cause>``)."""

@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import msgspec
 
+from actors.env_front import EnvAgent, EnvFront
 from actors.generator import GeneratorHandle
 from actors.remote import AsyncProxy, remote_class
 from actors.seams import EnvPoolSeam, EvaluatorSeam, GatewaySeam, LearnerSeam
@@ -40,9 +41,9 @@ logger = logging.getLogger(__name__)
 class Actors(msgspec.Struct, kw_only=True):
     """Proxies over the run's Ray actors, typed by their seams (``await actors.trainer.train_step(...)``)."""
 
-    pool: EnvPoolSeam
-    gateway: GatewaySeam
-    evaluator: EvaluatorSeam
+    envs: EnvFront
+    """The env nodes' agents (pool, gateway, evaluator each) behind one front, which serves as the
+    run's ``pool``, ``gateway`` and ``evaluator``."""
     engine: GeneratorHandle | None
     """``None`` when the episodes come from a scripted policy (``start_actors(generator=False)``)."""
     learner: LearnerSeam | None
@@ -54,6 +55,18 @@ class Actors(msgspec.Struct, kw_only=True):
     placement_group: Any = None
     """The GPU placement group, removed at shutdown (``None`` on CPU)."""
     sleep_while_training: bool = False
+
+    @property
+    def pool(self) -> EnvPoolSeam:
+        return self.envs
+
+    @property
+    def gateway(self) -> GatewaySeam:
+        return self.envs
+
+    @property
+    def evaluator(self) -> EvaluatorSeam:
+        return self.envs
 
     @property
     def generator(self) -> GeneratorHandle:
@@ -118,34 +131,15 @@ def start_actors(
     (a scripted policy's evaluation) the generator (``Actors.engine`` is then ``None``)."""
     import ray
 
-    from actors.env_pool import remote_env_pool
-    from actors.evaluator import Evaluator
     from actors.generator import remote_generator
     from actors.learner import remote_learner
-    from actors.mcp_gateway_actor import remote_mcp_gateway
-    from actors.provisioners.base import make_provisioner
-    from specs.scoring import scoring_for
 
-    # The driver's node: the pool's environments, the gateway's server processes, the
-    # evaluator's view of them and the weights file in /dev/shm are all local to the driver's node.
-    here = {"scheduling_strategy": _this_node()}
-    pool = remote_env_pool(
-        make_provisioner(cfg.env.backend, **cfg.env.provisioner_options()),
-        run_id,
-        cfg.env.max_live,
-        cfg.env.reuse,
-        hook_modules=cfg.hook_modules,
-        ttl_s=cfg.env.ttl_s,
-        watchdog=True,  # a killed driver (and with it this actor) leaves no environment behind
-        ray_options=here,
-    )
-    gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
+    # Environments live on the env nodes (the driver's by default), each node's pool, gateway and
+    # evaluator pinned to it: an env's processes, its servers and the evaluator's view of it share a host.
+    front, agent_handles = start_env_agents(cfg, run_id, control_tokens)
     plan = device_plan(cfg.placement, ray.cluster_resources().get("GPU", 0.0), learner=learner)
     group, on_device = _device_options(plan)
-    evaluator = remote_class(Evaluator, **here).remote(
-        hook_modules=cfg.hook_modules, scoring=scoring_for(cfg)
-    )
-    handles: list[Any] = [pool, gateway, evaluator]
+    handles: list[Any] = list(agent_handles)
     engine = None
     if generator:
         # A dead engine process is restarted by Ray; SupervisedGenerator re-syncs its weights.
@@ -181,9 +175,7 @@ def start_actors(
         handles.append(trainer)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     actors = Actors(
-        pool=cast(EnvPoolSeam, AsyncProxy(pool)),
-        gateway=cast(GatewaySeam, AsyncProxy(gateway)),
-        evaluator=cast(EvaluatorSeam, AsyncProxy(evaluator)),
+        envs=front,
         engine=engine,
         learner=cast(LearnerSeam, AsyncProxy(trainer)) if trainer is not None else None,
         handles=handles,
@@ -192,6 +184,105 @@ def start_actors(
         sleep_while_training=plan.sleep_while_training,
     )
     return actors
+
+
+def start_env_agents(
+    cfg: RunConfig, run_id: str, control_tokens: Sequence[str]
+) -> tuple[EnvFront, list[Any]]:
+    """An agent (``EnvPool``, ``McpGateway``, ``Evaluator`` actors, pinned there) on each env node
+    (``env_nodes``), the front over them, and their Ray handles."""
+    agents, handles = [], []
+    for node, resources in env_nodes(cfg.env.node_resource):
+        agent, more = start_env_agent(cfg, run_id, control_tokens, node, resources)
+        agents.append(agent)
+        handles += more
+    return EnvFront(agents, reuse=cfg.env.reuse), handles
+
+
+def start_env_agent(
+    cfg: RunConfig, run_id: str, control_tokens: Sequence[str], node: str, resources: dict[str, float]
+) -> tuple[EnvAgent, list[Any]]:
+    """The agent of env node ``node`` (its pool under the node's settings: ``env.node_groups``)."""
+    from actors.env_pool import remote_env_pool
+    from actors.evaluator import Evaluator
+    from actors.mcp_gateway_actor import remote_mcp_gateway
+    from actors.provisioners.base import make_provisioner
+    from specs.scoring import scoring_for
+
+    here = {"scheduling_strategy": _on_node(node)}
+    env = cfg.env.on_node(resources)
+    pool = remote_env_pool(
+        make_provisioner(env.backend, **env.provisioner_options()),
+        run_id,
+        env.max_live,
+        env.reuse,
+        hook_modules=cfg.hook_modules,
+        ttl_s=env.ttl_s,
+        watchdog=True,  # a killed driver (and with it this actor) leaves no environment behind
+        ray_options=here,
+    )
+    gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
+    evaluator = remote_class(Evaluator, **here).remote(
+        hook_modules=cfg.hook_modules, scoring=scoring_for(cfg)
+    )
+    agent = EnvAgent(
+        node=node,
+        pool=cast(EnvPoolSeam, AsyncProxy(pool)),
+        gateway=cast(GatewaySeam, AsyncProxy(gateway)),
+        evaluator=cast(EvaluatorSeam, AsyncProxy(evaluator)),
+        capacity=env.max_live,
+        backend=env.backend,
+    )
+    return agent, [pool, gateway, evaluator]
+
+
+async def join_env_nodes(
+    front: EnvFront, cfg: RunConfig, run_id: str, control_tokens: Sequence[str]
+) -> list[tuple[str, list[Any]]]:
+    """The env nodes that came up since ``front`` was made (a new node, or one started again: Ray
+    gives it a new id) get an agent, which reaps what a dead agent left on its host, and join the
+    front: each node's id and its agent's Ray handles. None without ``env.node_resource``."""
+    if cfg.env.node_resource is None:
+        return []
+    import ray
+
+    known = set(front.loads) | set(front.lost)
+    joined = []
+    for node, resources in env_nodes(cfg.env.node_resource):
+        if node in known:
+            continue
+        agent, handles = start_env_agent(cfg, run_id, control_tokens, node, resources)
+        try:
+            await agent.pool.reap_leftovers()
+        except Exception:  # a node that cannot host its agent stays out; the run goes on
+            logger.warning("env node %s came up but its agent did not start; left out", node, exc_info=True)
+            for handle in handles:
+                ray.kill(handle)
+            continue
+        front.join(agent)
+        joined.append((node, handles))
+    return joined
+
+
+def env_nodes(resource: str | None) -> list[tuple[str, dict[str, float]]]:
+    """The alive Ray nodes that have ``resource`` (``None``: the driver's node): id and resources."""
+    import ray
+
+    if resource is None:
+        here = ray.get_runtime_context().get_node_id()
+        return [(n["NodeID"], n["Resources"]) for n in ray.nodes() if n["NodeID"] == here] or [(here, {})]
+    nodes = [
+        (n["NodeID"], n["Resources"])
+        for n in ray.nodes()
+        if n["Alive"] and n["Resources"].get(resource, 0) > 0
+    ]
+    nodes.sort(key=lambda node: node[0])
+    if not nodes:
+        raise ValueError(
+            f"env.node_resource is {resource!r}, but no alive Ray node has that resource; start the "
+            f"environment nodes with `ray start --resources '{{\"{resource}\": 1}}'`, or set it to null"
+        )
+    return nodes
 
 
 def _device_options(plan: DevicePlan) -> tuple[Any, Any]:
@@ -231,9 +322,14 @@ async def training_phase(actors: Actors) -> AsyncIterator[None]:
 
 def _this_node() -> Any:
     import ray
+
+    return _on_node(ray.get_runtime_context().get_node_id())
+
+
+def _on_node(node: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return NodeAffinitySchedulingStrategy(node, soft=False)
 
 
 async def publish_weights(actors: Actors) -> int:
@@ -252,12 +348,7 @@ async def stop_actors(actors: Actors) -> None:
     """Destroy every environment, stop the engine, kill the actors; safe to call after a failure."""
     import ray
 
-    # gateway first: its servers run in the pool's envs (the seams leave shutdown to the actors)
-    stoppable: list[tuple[str, Any]] = [
-        ("gateway", actors.gateway),
-        ("pool", actors.pool),
-        ("generator", actors.engine),
-    ]
+    stoppable: list[tuple[str, Any]] = [("environments", actors.envs), ("generator", actors.engine)]
     for name, actor in stoppable:
         try:
             if actor is not None:

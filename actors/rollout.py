@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
+from actors.errors import InfraError
 from actors.groups import Group, StageMetrics
 from actors.seams import EnvPoolSeam, EvaluatorSeam, GatewaySeam
 from policies.engine import Engine
@@ -34,8 +35,8 @@ from policies.react import EpisodeLimits, build_messages, run_episode
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
 from specs.cleanup_calls import CleanupCall, cleanup_calls
-from specs.config import EnvPoolConfig
 from specs.env import EnvConfig, EnvInfo
+from specs.env_config import EnvPoolConfig
 from specs.errors import MCPRLError
 from specs.observation_rule import ObservationRule
 from specs.registry import available
@@ -217,7 +218,7 @@ class RolloutPipeline:
             else:
                 logger.exception("trajectory of %s failed in the pipeline", task.instance_id)
             broken = True
-            self.metrics.lose("infra_failed")
+            self.metrics.lose(e.cause if isinstance(e, InfraError) else "infra_failed")
             return _failed(task, group_id, f"{type(e).__name__}: {e}")
         finally:
             if env is not None:
@@ -339,24 +340,25 @@ def env_config_resolver(
     ``EnvPoolConfig``); cached per distinct configuration.
 
     A task's image (``dockerfile_path`` + ``build_args``) is how the docker backend lays out its
-    environment; on another backend (``limits.backend``) the image is left out and the task's
-    prepare hooks lay the environment out alone (a domain's prepare copies what the image would
-    hold when the environment lacks it: ``specs/domains/swe``)."""
+    environment; where no env node runs docker (``limits.backends()``) the image is left out
+    (``EnvConfig.for_backend``) and the task's prepare hooks lay the environment out alone (a
+    domain's prepare copies what the image would hold when the environment lacks it:
+    ``specs/domains/swe``). On a mixed fleet the front leaves it out per node."""
     cache: dict[tuple[Any, ...], EnvConfig] = {}
     shared = (
         {name: getattr(limits, name) for name in ("memory_mb", "cpus", "pids", "network")} if limits else {}
     )
-    images = limits is None or limits.backend == "docker"
+    backend = "docker" if limits is None or "docker" in limits.backends() else limits.backend
 
     def resolve(task: TaskSpec) -> EnvConfig:
         key = (task.server_names, task.dockerfile_path, tuple(sorted(task.build_args.items())))
         if key not in cache:
             cache[key] = EnvConfig(
                 servers=tuple(registry.launch(name) for name in task.server_names),
-                dockerfile_path=task.dockerfile_path if images else None,
-                build_args=dict(task.build_args) if images else {},
+                dockerfile_path=task.dockerfile_path,
+                build_args=dict(task.build_args),
                 **shared,
-            )
+            ).for_backend(backend)
         return cache[key]
 
     return resolve

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from actors.placement import Actors, start_actors, stop_actors
+from actors.placement import Actors, join_env_nodes, start_actors, stop_actors
 from actors.rollout import RolloutPipeline, env_config_resolver
 from launch.console import configure_console, ray_init_options
 from launch.report import Reporter
@@ -67,6 +67,15 @@ class Session:
         self.eval_limits = episode_limits(cfg, cfg.eval_max_turns)
         self.domain_of: dict[str, str] = {}
         """``task_id -> domain`` in a run that mixes domains (``cfg.mix``): evals report each domain."""
+
+    async def join_env_nodes(self, step: int) -> int:
+        """Env nodes that came up since the run began (``env.node_resource``) join it; how many
+        nodes host environments now."""
+        tokens = self.tokenizer.all_special_tokens
+        for node, handles in await join_env_nodes(self.actors.envs, self.cfg, self.run_id, tokens):
+            self.actors.handles += handles
+            print(f"step {step}: env node {node[:12]} joined", flush=True)
+        return len(self.actors.envs.loads)
 
     def recorder(self) -> ChatRecorder:
         """A fresh recorder for one episode (and for replaying one: ``policies.replay``)."""

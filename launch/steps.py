@@ -5,7 +5,7 @@ step s+1 while step s trains, within ``max_staleness``) and, for each step in or
 ``train_step``: drop stale groups and groups whose logged observation rule does not rebuild their
 tokens, turn the complete groups' typed scores into learner samples (``step_samples``), update,
 publish the weights, and return the step's metrics. Checkpoints and mid-run evaluations follow the
-``train`` schedule.
+``train`` schedule; env nodes that came up join the run between steps (``Session.join_env_nodes``).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ async def run_steps(s: Session, tasks: CuratedTasks, eval_tasks: Sequence[TaskSp
                 metrics |= {"step_s": now - last, **engine_use(engine, engine_now, now - last)}
                 last, engine = now, engine_now
                 step = rollout.step
+                metrics["env_nodes"] = await s.join_env_nodes(step)
                 if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
                     await save_step_checkpoint(s, step, rollout.position, tasks)
                 s.reporter.log("train", step, metrics)  # after the checkpoint: a resumed run logs it once

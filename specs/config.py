@@ -18,6 +18,7 @@ import msgspec
 
 from specs.algorithm import GrpoConfig
 from specs.config_loading import load_config
+from specs.env_config import EnvPoolConfig
 from specs.observation_rule import ObservationRule
 
 
@@ -46,58 +47,6 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Hugging Face model directory (config, tokenizer, weights)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Weights dtype for generator and learner; float32 keeps train/inference logprobs equal on CPU."""
-
-
-class EnvPoolConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    backend: Literal["local", "bwrap", "docker"] = "local"
-    """Provisioner backend: ``local`` (subprocesses in a temp dir, no isolation, development only),
-    ``bwrap`` (daemonless bubblewrap sandbox: own mount/pid/net namespaces, no egress, no resource
-    limits) or ``docker`` (a confined container per environment through the Docker Engine API, with
-    Docker or Podman's service; limits enforced)."""
-    docker_url: str | None = None
-    """Docker API endpoint for the docker backend, e.g. ``unix:///run/mcprl/podman.sock``
-    (default: ``$DOCKER_HOST``, else the engine's default socket)."""
-    max_live: int = 16
-    """Most environments alive at once; bounds host memory and processes."""
-    reuse: bool = True
-    """Reset and reuse released environments instead of destroying them."""
-    prewarm: int = 0
-    """Environments created before the first step for each configuration that several tasks
-    share (capped by ``max_live``); 0 creates on demand."""
-    ttl_s: float | None = None
-    """Destroy an environment this many seconds after its creation instead of reusing it; ``null``:
-    no limit."""
-    memory_mb: int | None = None
-    """Memory limit per environment, no swap beyond it (docker, bwrap; ``null``: the backend's
-    default, 2048). bwrap enforces its limits with a cgroup per environment where this process may
-    make one (root, or a delegated cgroup v2), else with rlimits, per process (``RLIMIT_AS``) and
-    with a warning; the local backend has none."""
-    cpus: float | None = None
-    """CPU limit per environment, in cores (docker, bwrap with a cgroup; ``null``: none)."""
-    pids: int | None = None
-    """Most processes per environment (docker, bwrap with a cgroup; ``null``: the backend's
-    default, 512). A tool that forks past it gets an error from ``fork``; the observation of a
-    server killed at a limit says which limit it hit."""
-    network: bool = False
-    """Let environments reach the network (docker only; bwrap and docker are offline by default)."""
-
-    def __post_init__(self) -> None:
-        if self.max_live < 1:
-            raise ValueError("env.max_live must be >= 1: no rollout can run without an environment")
-        if self.prewarm < 0:
-            raise ValueError("env.prewarm must be >= 0")
-        if self.ttl_s is not None and self.ttl_s <= 0:
-            raise ValueError("env.ttl_s must be > 0 seconds, or null for no limit")
-        for name in ("memory_mb", "cpus", "pids"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"env.{name} must be > 0, or null for the backend's default")
-        if self.docker_url is not None and self.backend != "docker":
-            raise ValueError(f"env.docker_url is set but env.backend is {self.backend!r}, not 'docker'")
-
-    def provisioner_options(self) -> dict[str, object]:
-        """Keyword arguments of the backend's provisioner (``make_provisioner``)."""
-        return {"base_url": self.docker_url} if self.backend == "docker" else {}
 
 
 class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -1,10 +1,13 @@
 """``launch/bench/env_pool.py``: its pure helpers pinned, and its ``--quick`` run on the local backend
-in-process (fast), leaving no environment behind, also when it fails midway."""
+in-process (fast), leaving no environment behind, also when it fails midway; its ``--nodes`` run on
+a real two-node Ray cluster with a node killed mid-run (``launch/bench/env_nodes.py``)."""
 
 from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
 
 import anyio
 import pytest
@@ -103,3 +106,35 @@ def test_a_backend_whose_runtime_is_missing_is_reported_as_skipped(
     (result,) = env_pool.main(["--quick", "--backends", "docker"])
     assert result.skipped is not None and "no Docker API engine" in result.skipped
     assert "env_pool: backend=docker skipped: docker backend: no Docker API engine" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_episodes_on_a_mixed_two_node_ray_cluster_survive_a_killed_node_which_joins_again() -> None:
+    """The worker runs bwrap, the head local (``env.node_groups``); the worker is killed mid-round,
+    started again, joins between the rounds and serves its share of the second."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.bench.env_pool",
+            "--nodes",
+            "2",
+            "--tasks",
+            "3",
+            "--kill-node",
+            "--mixed",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    figures = dict(re.findall(r"(\w+)=([\d.]+)", last))
+    assert last.startswith("nodes=2 ") and "killing node" in done.stdout, done.stdout[-2000:]
+    # every group whole (retried on the node left), nothing of the run left on the host
+    assert (figures["episodes"], figures["partial"], figures["leftovers"]) == ("12", "0", "0"), last
+    assert int(figures["joined"]) >= 2 and "('bwrap', " in done.stdout and "('local', " in done.stdout, (
+        done.stdout[-2000:]
+    )

@@ -342,7 +342,7 @@ async def test_a_group_past_its_deadline_is_dropped_whole_and_its_environments_r
 
 
 def test_a_tasks_image_is_the_docker_backends_and_left_out_elsewhere() -> None:
-    from specs.config import EnvPoolConfig
+    from specs.env_config import EnvPoolConfig
     from specs.task import TaskSpec
 
     task = TaskSpec(instance_id="t", instruction="x", dockerfile_path="d/Dockerfile", build_args={"P": "1"})
@@ -352,3 +352,11 @@ def test_a_tasks_image_is_the_docker_backends_and_left_out_elsewhere() -> None:
     for backend in ("local", "bwrap"):
         other = env_config_resolver(registry, EnvPoolConfig(backend=backend))(task)  # type: ignore[arg-type]
         assert (other.dockerfile_path, other.build_args) == (None, {})
+    from specs.env_config import EnvNodeGroup
+
+    mixed = EnvPoolConfig(
+        backend="bwrap", node_resource="e", node_groups={"d": EnvNodeGroup(backend="docker")}
+    )
+    kept = env_config_resolver(registry, mixed)(task)  # the front leaves it out on the bwrap nodes
+    assert (kept.dockerfile_path, kept.build_args) == ("d/Dockerfile", {"P": "1"})
+    assert kept.for_backend("bwrap") == other.for_backend("docker") == other

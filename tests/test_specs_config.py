@@ -102,6 +102,8 @@ def test_unknown_yaml_keys_are_all_reported_with_the_file(tmp_path: Path) -> Non
         ("train.checkpoint_every=-2", "train.checkpoint_every must be >= 0"),
         ("algorithm.tool_reward=true", None),
         ("algorithm.returns=adoption", None),
+        ("env.node_groups={gpu: {backend: docker}}", "env.node_groups needs env.node_resource"),
+        ("env.node_groups={gpu: {max_live: 0}}", "needs env.node_resource"),
     ],
 )
 def test_validators_explain_why(override: str, why: str | None) -> None:
@@ -127,11 +129,11 @@ def test_to_dict_round_trips_for_logging() -> None:
 def test_every_field_has_a_docstring() -> None:
     classes = [
         node
-        for module in ("config.py", "algorithm.py")
+        for module in ("config.py", "env_config.py", "algorithm.py")
         for node in ast.parse((REPO / "specs" / module).read_text()).body
-        if isinstance(node, ast.ClassDef) and node.name.endswith("Config")
+        if isinstance(node, ast.ClassDef) and (node.name.endswith("Config") or node.name == "EnvNodeGroup")
     ]
-    assert len(classes) == 12
+    assert len(classes) == 13
     for cls in classes:
         body = cls.body
         for i, node in enumerate(body):
@@ -310,3 +312,24 @@ def test_starting_from_another_runs_warm_start_is_refused_with_a_resume_or_witho
     for other in ("train.resume=auto", "warmstart.enabled=false"):
         with pytest.raises(SpecError, match="warmstart.from_run starts a fresh run"):
             load_run_config(None, ["warmstart.from_run=runs/first", other])
+
+
+def test_env_node_groups_set_the_backend_and_capacity_of_the_nodes_that_have_their_resource() -> None:
+    cfg = load_run_config(
+        None,
+        [
+            "env.node_resource=mcprl_env",
+            "env.backend=bwrap",
+            "env.node_groups={mcprl_docker: {backend: docker, docker_url: 'unix:///d.sock', max_live: 32}, big: {max_live: 64}}",
+        ],
+    ).env
+    docker = cfg.on_node({"mcprl_env": 1, "mcprl_docker": 1, "big": 1})  # the first group it has wins
+    assert (docker.backend, docker.docker_url, docker.max_live) == ("docker", "unix:///d.sock", 32)
+    assert docker.provisioner_options() == {"base_url": "unix:///d.sock"}
+    big = cfg.on_node({"mcprl_env": 1, "big": 1})
+    assert (big.backend, big.docker_url, big.max_live) == ("bwrap", None, 64)
+    assert cfg.on_node({"mcprl_env": 1}) == cfg and cfg.backends() == {"bwrap", "docker"}
+    with pytest.raises(SpecError, match="node_groups.gpu.docker_url is set but its backend is not 'docker'"):
+        load_run_config(None, ["env.node_resource=e", "env.node_groups={gpu: {docker_url: 'unix:///x'}}"])
+    with pytest.raises(SpecError, match="node_groups.gpu.max_live must be >= 1"):
+        load_run_config(None, ["env.node_resource=e", "env.node_groups={gpu: {max_live: 0}}"])

@@ -2,6 +2,7 @@
 
     python -m launch.bench.env_pool [--quick] [--backends local,bwrap,bwrap-rlimits,docker] [--samples 20]
         [--live 8]
+    python -m launch.bench.env_pool --nodes 3 [--kill-node]   (several Ray nodes: launch/bench/env_nodes.py)
 
 Run it from the project root (the calculator's registry names its venv relative to it; ``make
 servers`` builds ``.cache/servers/calculator``). Per backend, over ``--samples`` rounds (after one
@@ -62,6 +63,7 @@ from actors.errors import EnvError
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.base import Provisioner, make_provisioner
 from actors.provisioners.local import ENV_MARKER
+from launch.bench import env_nodes
 from specs.env import EnvConfig, EnvInfo, ServerLaunch
 from specs.servers import load_server_registry
 from specs.task import TaskSpec
@@ -381,7 +383,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=20, help="timed rounds per operation")
     parser.add_argument("--live", type=int, default=8, help="environments running a server at once")
     parser.add_argument("--quick", action="store_true", help="3 samples, 2 live (the test suite's run)")
+    env_nodes.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.nodes is not None and args.nodes < 2:
+        parser.error("--nodes must be >= 2 (one node is the rest of this bench)")
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(args.backends) - set(BACKENDS))
     if unknown or not args.backends:
@@ -396,6 +401,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> list[BackendResult]:
     args = parse_args(argv)
+    if args.nodes is not None:
+        print(anyio.run(env_nodes.run, args), flush=True)
+        return []
     server = load_server_registry(CALCULATOR_REGISTRY).launch("calculator")
     if not os.path.exists(server.command):
         raise SystemExit(f"env_pool: {server.command} is missing: run `make servers` in the project root")
