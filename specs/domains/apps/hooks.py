@@ -68,11 +68,15 @@ def seed_sql(name: str) -> str:
 @prepare("apps.seed_db")
 async def seed_db(env: EnvHandle, task: TaskSpec, *, databases: dict[str, str]) -> None:
     """Write each database ``path -> seed name`` fresh from its seed SQL."""
-    payload = json.dumps({path: seed_sql(name) for path, name in databases.items()}).encode()
-    result = await env.run([PYTHON, "-c", _SEED], stdin=payload)
+    await write_databases(env, task, "apps.seed_db", {path: seed_sql(name) for path, name in databases.items()})
+
+
+async def write_databases(env: EnvHandle, task: TaskSpec, hook: str, databases: dict[str, str]) -> None:
+    """Write each SQLite file ``path -> SQL`` fresh in the environment (any other domain's seed too)."""
+    result = await env.run([PYTHON, "-c", _SEED], stdin=json.dumps(databases).encode())
     if result.returncode != 0:
         raise OSError(
-            f"apps.seed_db {sorted(databases)} in env {env.info.env_id} for task {task.instance_id}: "
+            f"{hook} {sorted(databases)} in env {env.info.env_id} for task {task.instance_id}: "
             f"{result.stderr.strip()[-2000:]}"
         )
 
