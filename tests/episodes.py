@@ -16,13 +16,19 @@ A recording (``record`` writes it) keeps the config, the task file and id, and t
    (name, arguments, ok) are made;
 3. the evaluator gives the recorded verdicts (func, op, passed; success and the task reward).
 
+A tool whose output holds the wall-clock time (the browser names its saved snapshots by it) cannot
+give the same tokens twice: its recording lists those ``volatile`` patterns (``--volatile REGEX``),
+and check 2 then holds the model turns to the same tokens and the messages to the same text with
+the patterns' matches blanked.
+
     python -m tests.episodes --config launch/configs/swe.yaml --task swe-eval-0003 \\
-        --out tests/data/episodes/swe-eval-0003.json [--backend bwrap] [--split eval]
+        --out tests/data/episodes/swe-eval-0003.json [--backend bwrap] [--split eval] [--volatile REGEX]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -62,6 +68,10 @@ class Recording(msgspec.Struct, kw_only=True):
     task_id: str
     backend: str
     trajectory: Trajectory
+    volatile: list[str] = msgspec.field(default_factory=list)
+    """Regexes of tool output that differs run to run by nature (a file name with the wall-clock
+    time in it). With any, the replay compares the model turns token for token and the messages
+    with those matches blanked, instead of every token."""
 
 
 class RecordedEngine:
@@ -142,7 +152,14 @@ def load(path: Path) -> Recording:
 
 
 async def record(
-    config: str, task_id: str, out: Path, backend: str, split: str, tokenizer: Any, root: Path
+    config: str,
+    task_id: str,
+    out: Path,
+    backend: str,
+    split: str,
+    tokenizer: Any,
+    root: Path,
+    volatile: Sequence[str] = (),
 ) -> Trajectory:
     """Run the config's expert on one task and save the episode (refused unless it succeeded)."""
     cfg = load_run_config(config)
@@ -157,7 +174,14 @@ async def record(
     task_file = cfg.domain.eval_tasks if split == "eval" else cfg.domain.tasks
     save(
         out,
-        Recording(config=config, task_file=task_file, task_id=task_id, backend=backend, trajectory=episode),
+        Recording(
+            config=config,
+            task_file=task_file,
+            task_id=task_id,
+            backend=backend,
+            trajectory=episode,
+            volatile=list(volatile),
+        ),
     )
     return episode
 
@@ -180,7 +204,9 @@ async def replay(recording: Recording, backend: str, root: Path, tokenizer: Any)
     (again,) = await run_domain(cfg, [task], backend, root, tokenizer, lambda _: RecordedEngine(recorded))
     if again.status != "ok":
         return [*problems, f"replayed episode: {again.status}: {again.error}"]
-    if again.token_ids != recorded.token_ids or again.trainable != recorded.trainable:
+    if recording.volatile:
+        problems.extend(_volatile_differences(again, recorded, recording.volatile))
+    elif again.token_ids != recorded.token_ids or again.trainable != recorded.trainable:
         first = next(
             (i for i, (a, b) in enumerate(zip(again.token_ids, recorded.token_ids, strict=False)) if a != b),
             None,
@@ -203,6 +229,29 @@ async def replay(recording: Recording, backend: str, root: Path, tokenizer: Any)
     return problems
 
 
+def _volatile_differences(again: Trajectory, recorded: Trajectory, volatile: Sequence[str]) -> list[str]:
+    """The model turns must be the same tokens; the messages the same text but for ``volatile``."""
+    problems: list[str] = []
+    turns = [again.token_ids[a:b] for a, b in turn_tokens(again)]
+    if turns != [recorded.token_ids[a:b] for a, b in turn_tokens(recorded)]:
+        problems.append("replayed model turns differ from the recording")
+    patterns = [re.compile(p) for p in volatile]
+
+    def blanked(messages: list[dict[str, Any]]) -> list[str]:
+        texts = [str(m.get("content", "")) for m in messages]
+        for pattern in patterns:
+            texts = [pattern.sub("<volatile>", t) for t in texts]
+        return texts
+
+    mine, theirs = blanked(again.messages), blanked(recorded.messages)
+    if mine != theirs:
+        first = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), None)
+        problems.append(
+            f"replayed messages differ from the recording beyond its volatile patterns (first: {first})"
+        )
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -212,6 +261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--backend", default="bwrap", choices=("local", "bwrap", "docker"))
     parser.add_argument("--split", default="eval", choices=("eval", "train"))
+    parser.add_argument(
+        "--volatile",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="tool output that differs run to run by nature (Recording.volatile); repeatable",
+    )
     args = parser.parse_args(argv)
     import tempfile
 
@@ -220,7 +276,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(load_run_config(args.config).model.path)
     with tempfile.TemporaryDirectory(prefix="mcprl-record-") as root:
         episode = anyio.run(
-            record, args.config, args.task, args.out, args.backend, args.split, tokenizer, Path(root)
+            record,
+            args.config,
+            args.task,
+            args.out,
+            args.backend,
+            args.split,
+            tokenizer,
+            Path(root),
+            args.volatile,
         )
     print(
         f"recorded {args.task}: {episode.num_turns} turns, {len(episode.tool_calls)} tool calls -> {args.out}"

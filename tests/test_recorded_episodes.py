@@ -46,3 +46,21 @@ async def test_a_tampered_recording_is_caught(
     assert any(p.startswith("score differs") for p in problems)
     assert any(p.startswith("tokens: replay of") for p in problems)  # the messages rebuild other tokens
     assert any(p.startswith("replayed tokens differ") for p in problems)  # so does the fresh episode
+
+
+async def test_a_volatile_recording_still_catches_a_changed_observation(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording with volatile patterns (the browser's timestamped file names) is compared on its
+    messages with those blanked: any other change to an observation is still reported."""
+    monkeypatch.chdir(REPO)
+    recording = load(REPO / "tests" / "data" / "episodes" / "gui-eval-heldout-0000.json")
+    assert recording.volatile
+    tool_message = next(
+        m for m in recording.trajectory.messages if "Page Title: Inventory" in str(m["content"])
+    )
+    tool_message["content"] = str(tool_message["content"]).replace(
+        "Page Title: Inventory", "Page Title: Other"
+    )
+    problems = await replay(recording, recording.backend, tmp_path / "envs", tokenizer)
+    assert any(p.startswith("replayed messages differ") for p in problems), problems
