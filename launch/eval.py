@@ -329,7 +329,7 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
             path = s.reporter.write_trajectories(
                 f"eval-{plan.split}-{plan.tag}-{name}", trajectories, s.tokenizer
             )
-            rows = metrics_with_stderr(trajectories, plan.domains)
+            rows = metrics_with_stderr(trajectories, plan.domains, cfg.gui_servers)
             lost = sum(lost_by_status(trajectories).values())
             mismatched = 0
             if cfg.rollout.observation_rule is not None:

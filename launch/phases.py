@@ -38,9 +38,10 @@ async def _eval_run(
     trajectories = [t for g in groups for t in g.trajectories]
     s.reporter.write_trajectories(f"eval_{phase}{kind}", trajectories, s.tokenizer)
     lost = sum(t.status != "ok" for t in trajectories)
-    metrics = {**episode_metrics(trajectories), "lost": float(lost)}
+    gui = s.cfg.gui_servers
+    metrics = {**episode_metrics(trajectories, gui_servers=gui), "lost": float(lost)}
     if s.domain_of:  # a run that mixes domains: each domain's numbers too (W&B, not the table)
-        rows = metrics_with_stderr(trajectories, s.domain_of)
+        rows = metrics_with_stderr(trajectories, s.domain_of, gui)
         metrics |= {
             f"{d}/{k}": mean for d, row in rows.items() if d != OVERALL for k, (mean, _) in row.items()
         }

@@ -95,7 +95,7 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
     orchestrator.completed(rollout.step)  # the next steps may start sampling
     versions = [v for group in complete for t in group for v in t.versions]
     return {
-        **episode_metrics([t for group in complete for t in group]),
+        **episode_metrics([t for group in complete for t in group], gui_servers=s.cfg.gui_servers),
         **{k: float(v) for k, v in update.items()},
         "samples": float(len(samples)),
         "gen_tok_s": sum(t.num_generated_tokens for t in trajectories) / rollout.rollout_s,

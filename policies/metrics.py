@@ -43,6 +43,15 @@ Task level (paper 002, Table 3, "Adoption, task-level", 55/309):
   for a call that ran, so a hallucinated name does not count as adoption.) Equal to
   ``tool_adoption`` with one episode per task; above it with ``K`` samples per task.
 
+Hybrid GUI + MCP agents (paper 002; ``G``, the run's GUI servers, ``domain.gui_servers``: the
+browser through which the agent clicks and types is an MCP server too, but its calls are GUI actions,
+not tool use). With ``G`` given, a call ``c`` with ``server(c) ∈ G`` is a GUI action: it never counts
+toward ``tool_adoption`` or ``task_adoption``, ``tool_step_share`` counts the turns with a call
+outside ``G`` (paper 002's TIR: MCP steps over all steps), and
+
+- ``gui_step_share = Σ_τ |{turn(c) : c ∈ C(τ), server(c) ∈ G}| / Σ_τ T(τ)``: the turns spent on the
+  GUI; ``1 - tool_step_share - gui_step_share`` is the share of turns with no action (the answer).
+
 Plus the counts ``episodes = n`` and ``tasks = J``.
 
 Standard errors (``metrics_with_stderr``): clustered by task, ``policies.stats``.
@@ -85,9 +94,10 @@ def turn_input_tokens(t: Trajectory) -> list[int]:
     return out
 
 
-def _adopted(call: ToolCallRecord) -> bool:
-    """A call that ran an MCP server's tool successfully (the gateway's own ``route`` does not count)."""
-    return call.ok and call.server != BUILTIN_SERVER
+def _adopted(call: ToolCallRecord, gui: frozenset[str] = frozenset()) -> bool:
+    """A call that ran an MCP server's tool successfully (the gateway's own ``route`` and a GUI
+    server's actions do not count)."""
+    return call.ok and call.server != BUILTIN_SERVER and call.server not in gui
 
 
 def _first_turn_valid(t: Trajectory) -> bool:
@@ -95,15 +105,15 @@ def _first_turn_valid(t: Trajectory) -> bool:
     return bool(first) and first[0].error_kind not in MALFORMED
 
 
-def _tool_turns(t: Trajectory) -> float:
-    return float(len({c.turn for c in t.tool_calls}))
+def _turns_with(t: Trajectory, gui: frozenset[str], on_gui: bool) -> float:
+    """The turns of ``t`` with a call on a GUI server (``on_gui``) or elsewhere (a malformed call too)."""
+    return float(len({c.turn for c in t.tool_calls if (c.server in gui) == on_gui}))
 
 
 PER_EPISODE: dict[str, Callable[[Trajectory], float]] = {
     "success": lambda t: 1.0 if _score(t).success else 0.0,
     "reward": lambda t: _score(t).task,
     "tool_calls": lambda t: float(len(t.tool_calls)),
-    "tool_adoption": lambda t: 1.0 if any(_adopted(c) for c in t.tool_calls) else 0.0,
     "valid_call": lambda t: 1.0 if _first_turn_valid(t) else 0.0,
     "turns": lambda t: float(t.num_turns),
     "gen_tokens": lambda t: float(t.num_generated_tokens),
@@ -130,7 +140,7 @@ def _scored(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
     return [t for t in trajectories if t.status == "ok" and t.score is not None]
 
 
-def _with_stderr(scored: Sequence[Trajectory]) -> dict[str, tuple[float, float]]:
+def _with_stderr(scored: Sequence[Trajectory], gui: frozenset[str]) -> dict[str, tuple[float, float]]:
     """Every metric of ``scored`` (non-empty) as ``(mean, stderr)``, clustered by task."""
     by_task: dict[str, list[Trajectory]] = {}
     for t in scored:
@@ -144,18 +154,28 @@ def _with_stderr(scored: Sequence[Trajectory]) -> dict[str, tuple[float, float]]
         values = [[family(_score(t)) for t in group] for group in tasks]
         if all(v is not None for vs in values for v in vs):
             out[name] = ratio_and_stderr([sum(v for v in vs if v is not None) for vs in values], sizes)
-    out["tool_step_share"] = ratio_and_stderr(
-        [sum(_tool_turns(t) for t in group) for group in tasks],
-        [float(sum(t.num_turns for t in group)) for group in tasks],
+    out["tool_adoption"] = ratio_and_stderr(
+        [sum(1.0 if any(_adopted(c, gui) for c in t.tool_calls) else 0.0 for t in group) for group in tasks],
+        sizes,
     )
+    turns = [float(sum(t.num_turns for t in group)) for group in tasks]
+    out["tool_step_share"] = ratio_and_stderr(
+        [sum(_turns_with(t, gui, on_gui=False) for t in group) for group in tasks], turns
+    )
+    if gui:
+        out["gui_step_share"] = ratio_and_stderr(
+            [sum(_turns_with(t, gui, on_gui=True) for t in group) for group in tasks], turns
+        )
     out["task_adoption"] = mean_and_stderr(
-        1.0 if any(_adopted(c) for t in group for c in t.tool_calls) else 0.0 for group in tasks
+        1.0 if any(_adopted(c, gui) for t in group for c in t.tool_calls) else 0.0 for group in tasks
     )
     return out
 
 
 def metrics_with_stderr(
-    trajectories: Sequence[Trajectory], by: Mapping[str, str] | None = None
+    trajectories: Sequence[Trajectory],
+    by: Mapping[str, str] | None = None,
+    gui_servers: Iterable[str] = (),
 ) -> dict[str, dict[str, tuple[float, float]]]:
     """``{row: {metric: (mean, stderr)}}``: the row ``"all"`` over every scored episode, then (with
     ``by``, a map ``task_id -> domain``) one row per domain, sorted. With no scored episode the
@@ -163,7 +183,8 @@ def metrics_with_stderr(
     scored = _scored(trajectories)
     if not scored:
         return {OVERALL: {"episodes": (0.0, 0.0)}}
-    rows = {OVERALL: _with_stderr(scored)}
+    gui = frozenset(gui_servers)
+    rows = {OVERALL: _with_stderr(scored, gui)}
     if by is None:
         return rows
     domains: dict[str, list[Trajectory]] = {}
@@ -176,11 +197,13 @@ def metrics_with_stderr(
                 f"metrics_with_stderr: task {t.task_id!r} has domain {OVERALL!r}, which names the overall row"
             )
         domains.setdefault(domain, []).append(t)
-    rows.update((d, _with_stderr(domains[d])) for d in sorted(domains))
+    rows.update((d, _with_stderr(domains[d], gui)) for d in sorted(domains))
     return rows
 
 
-def episode_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
+def episode_metrics(
+    trajectories: Sequence[Trajectory], prefix: str = "", gui_servers: Iterable[str] = ()
+) -> dict[str, float]:
     """The means of ``metrics_with_stderr`` over every scored episode, keys prefixed by ``prefix``."""
-    overall = metrics_with_stderr(trajectories)[OVERALL]
+    overall = metrics_with_stderr(trajectories, gui_servers=gui_servers)[OVERALL]
     return {f"{prefix}{k}": mean for k, (mean, _) in overall.items()}

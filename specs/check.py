@@ -85,6 +85,9 @@ def load_split(
     seen: dict[str, str] = {}
     for domain in cfg.domains:
         path = domain.eval_tasks if split == "eval" else domain.tasks
+        unknown = sorted(set(domain.gui_servers) - set(load_server_registry(domain.servers).names()))
+        if unknown:
+            raise SpecError(domain.servers, "domain.gui_servers", f"{unknown} are not servers of this list")
         tasks = load_checked_tasks(path, domain.servers, domain.hook_modules, limit, domain.task_vars)
         for task in tasks:
             if task.instance_id in seen:

@@ -40,6 +40,9 @@ class DomainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     task_vars: dict[str, str] = msgspec.field(default_factory=dict)
     """Values of the ``{{VAR}}`` templates in the task files (``specs.templates``); a variable not
     given here is read from the process environment."""
+    gui_servers: tuple[str, ...] = ()
+    """Servers through which the agent acts on a GUI (a browser): their calls are GUI actions, not
+    tool use, in the adoption metrics (``policies.metrics``: ``gui_step_share``; paper 002)."""
 
 
 class ModelConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -365,6 +368,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     def domains(self) -> tuple[DomainConfig, ...]:
         """The domains the run draws tasks from: ``mix``, or ``domain`` alone."""
         return self.mix or (self.domain,)
+
+    @property
+    def gui_servers(self) -> frozenset[str]:
+        """Every domain's GUI servers (``DomainConfig.gui_servers``)."""
+        return frozenset(g for d in self.domains for g in d.gui_servers)
 
     @property
     def hook_modules(self) -> tuple[str, ...]:

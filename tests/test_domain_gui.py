@@ -227,3 +227,15 @@ async def test_both_experts_do_a_gui_only_step_and_a_tool_step_on_a_real_browser
     assert all(c.ok for c in trajectory.tool_calls) and "browser_take_screenshot" in {
         c.tool for c in trajectory.tool_calls
     }
+
+
+def test_a_gui_server_the_server_list_lacks_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specs.check import load_split
+    from specs.errors import SpecError
+
+    monkeypatch.chdir(REPO)
+    cfg = load_run_config(CONFIG)
+    assert cfg.gui_servers == {"browser"} and load_split(cfg, "eval", 1)["gui"]
+    typo = msgspec.structs.replace(cfg, domain=msgspec.structs.replace(cfg.domain, gui_servers=("browsr",)))
+    with pytest.raises(SpecError, match=r"domain.gui_servers: \['browsr'\] are not servers of this list"):
+        load_split(typo, "eval", 1)

@@ -257,3 +257,30 @@ def test_engine_use_is_the_busy_share_of_the_wall_time_and_the_mean_open_request
         "engine_busy": 0.0,
         "engine_open": 0.0,
     }  # idle: nothing to divide by
+
+
+def on(server: str, turn: int) -> ToolCallRecord:
+    return msgspec.structs.replace(call(turn), name=f"{server}__act", server=server)
+
+
+def test_gui_actions_are_steps_on_the_gui_not_tool_adoption() -> None:
+    """Paper 002's hybrid agent: a call on a GUI server (the browser) is a GUI step; only the other
+    servers' calls are tool use (TIR = MCP steps / all steps)."""
+    ts = [
+        # x: three GUI turns, then one tool turn, then the answer (5 turns)
+        episode(
+            "x",
+            1.0,
+            calls=(on("browser", 1), on("browser", 2), on("browser", 3), on("inventory", 4)),
+            turns=5,
+        ),
+        # y: GUI only, two turns, then the answer (3 turns)
+        episode("y", 1.0, calls=(on("browser", 1), on("browser", 2)), turns=3),
+    ]
+    row = metrics_with_stderr(ts, gui_servers=["browser"])["all"]
+    assert row["gui_step_share"][0] == pytest.approx(5 / 8)
+    assert row["tool_step_share"][0] == pytest.approx(1 / 8)
+    assert row["tool_adoption"][0] == 0.5 and row["task_adoption"][0] == 0.5
+    plain = metrics_with_stderr(ts)["all"]  # without G every call is tool use
+    assert "gui_step_share" not in plain and plain["tool_step_share"][0] == pytest.approx(6 / 8)
+    assert plain["tool_adoption"][0] == 1.0
