@@ -68,7 +68,9 @@ def seed_sql(name: str) -> str:
 @prepare("apps.seed_db")
 async def seed_db(env: EnvHandle, task: TaskSpec, *, databases: dict[str, str]) -> None:
     """Write each database ``path -> seed name`` fresh from its seed SQL."""
-    await write_databases(env, task, "apps.seed_db", {path: seed_sql(name) for path, name in databases.items()})
+    await write_databases(
+        env, task, "apps.seed_db", {path: seed_sql(name) for path, name in databases.items()}
+    )
 
 
 async def write_databases(env: EnvHandle, task: TaskSpec, hook: str, databases: dict[str, str]) -> None:
