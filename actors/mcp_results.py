@@ -20,6 +20,8 @@ Pure functions of the wire (JSON) form of a result (``model_dump(by_alias=True)`
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Sequence
 from typing import Any, TypeAlias
@@ -129,6 +131,11 @@ def _keep_image(item: dict[str, Any], caps: ResultCaps, images: list[Image], cut
     if len(images) >= caps.max_images:
         cuts.append(CutRecord(part="image", original_bytes=len(data), kept_bytes=0))
         return f"[image, {mime}, not shown: the gateway keeps at most {caps.max_images} images per result]"
+    try:
+        base64.b64decode(data, validate=True)
+    except binascii.Error:
+        cuts.append(CutRecord(part="image", original_bytes=len(data), kept_bytes=0))
+        return f"[image, {mime}, not shown: its data is not valid base64]"
     images.append({"mimeType": mime, "data": data})
     return f"[image {len(images)}: {mime}, attached]"
 

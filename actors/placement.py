@@ -221,7 +221,9 @@ def start_env_agent(
         watchdog=True,  # a killed driver (and with it this actor) leaves no environment behind
         ray_options=here,
     )
-    gateway = remote_mcp_gateway(ray_options=here, control_tokens=tuple(control_tokens))
+    gateway = remote_mcp_gateway(
+        ray_options=here, control_tokens=tuple(control_tokens), keep_images=cfg.rollout.keep_images
+    )
     evaluator = remote_class(Evaluator, **here).remote(
         hook_modules=cfg.hook_modules, scoring=scoring_for(cfg)
     )

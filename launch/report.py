@@ -10,6 +10,7 @@ An offline run says so once, at ``close`` (``launch/console.py`` silences wandb'
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 import msgspec
 
 from specs.config import RunConfig, to_dict
-from specs.trajectory import Trajectory
+from specs.trajectory import ImageRef, Trajectory
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     # (metric key, header, format)
@@ -39,6 +40,28 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("max_live_envs", "live", "{:>4.0f}"),
     ("groups_dropped", "dropped", "{:>7.0f}"),
 )
+
+
+IMAGES = "images"
+"""The folder beside the trajectories' JSONL files that holds their images by hash."""
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
+
+
+def image_path(folder: str, ref: ImageRef) -> str:
+    """Where ``write_images`` puts the image ``ref``."""
+    return os.path.join(folder, f"{ref.sha256}.{EXTENSIONS.get(ref.mime_type, 'bin')}")
+
+
+def write_images(folder: str, t: Trajectory) -> None:
+    """Each image of ``t``'s tool calls into ``folder`` by its hash, unless a file is there already."""
+    for ref in (ref for call in t.tool_calls for ref in call.images):
+        path = image_path(folder, ref)
+        if not os.path.exists(path):
+            os.makedirs(folder, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(base64.b64decode(t.images[ref.sha256]))
+            os.replace(tmp, path)  # whole or absent, whoever writes it first
 
 
 class Reporter:
@@ -85,11 +108,16 @@ class Reporter:
             self._wandb.log({"step": step, **{f"{phase}/{k}": v for k, v in metrics.items()}})
 
     def write_trajectories(self, name: str, trajectories: Iterable[Trajectory], tokenizer: Any) -> str:
+        """``trajectories/<name>.jsonl``, one trajectory a line with its decoded ``text``; the tool
+        results' images go to ``trajectories/images/<sha256>.<ext>``, each file written once for
+        the whole run, and a line keeps only their refs (``tool_calls[].images``)."""
         path = os.path.join(self.trajectory_dir, f"{name}.jsonl")
         encoder = msgspec.json.Encoder()
         with open(path, "wb") as f:
             for t in trajectories:
+                write_images(os.path.join(self.trajectory_dir, IMAGES), t)
                 record = msgspec.to_builtins(t)
+                del record["images"]
                 record["text"] = tokenizer.decode(t.token_ids, skip_special_tokens=False)
                 f.write(encoder.encode(record) + b"\n")
         return path

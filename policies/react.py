@@ -14,6 +14,8 @@ saw (``policies.replay``).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -27,7 +29,7 @@ from policies.tokens import ChatRecorder
 from policies.tool_calls import ToolCallParseError, parse_tool_call
 from policies.types import SamplingConfig, ToolResult, ToolSpec
 from specs.observation_rule import ObservationRule
-from specs.trajectory import ToolCallRecord, Trajectory
+from specs.trajectory import ImageRef, ToolCallRecord, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ async def run_episode(
     history = [dict(m) for m in messages]  # the full conversation, whatever the rule hides
     records: list[dict[str, Any]] = []
     calls: list[ToolCallRecord] = []
+    images: dict[str, str] = {}
     final_answer: str | None = None
     status: str = "ok"
     error: str | None = None
@@ -104,7 +107,7 @@ async def run_episode(
                 final_answer = text
             break
         result = await _execute(parsed, tools, env_id, limits.tool_timeout_s)
-        calls.append(_record(turns, parsed, result))
+        calls.append(_record(turns, parsed, result, images))
         if result.error_kind in INFRA_ERRORS:
             status, error = "infra_failed", f"turn {turns}: {result.text}"
             break
@@ -125,6 +128,7 @@ async def run_episode(
         **fields,
         observation_records=records,
         tool_calls=calls,
+        images=images,
         final_answer=final_answer,
         num_turns=turns,
         truncated=final_answer is None and status == "ok",
@@ -139,7 +143,9 @@ async def _execute(parsed: Any, tools: ToolCaller, env_id: str, timeout_s: float
     return await tools.call(env_id, parsed.name, parsed.arguments, timeout_s)
 
 
-def _record(turn: int, parsed: Any, result: ToolResult) -> ToolCallRecord:
+def _record(turn: int, parsed: Any, result: ToolResult, images: dict[str, str]) -> ToolCallRecord:
+    """The call's record; its images go into ``images`` (by SHA-256) and the record keeps their refs."""
+    refs = tuple(image_ref(image, images) for image in result.images)
     name, arguments = ("", {}) if isinstance(parsed, ToolCallParseError) else (parsed.name, parsed.arguments)
     return ToolCallRecord(
         turn=turn,
@@ -159,4 +165,13 @@ def _record(turn: int, parsed: Any, result: ToolResult) -> ToolCallRecord:
             "structuredContent": result.structured,
             "isError": result.is_error,
         },
+        images=refs,
     )
+
+
+def image_ref(image: dict[str, str], store: dict[str, str]) -> ImageRef:
+    """The ref of one MCP image (``{"mimeType", "data"}``, base64), its data put in ``store`` once."""
+    raw = base64.b64decode(image["data"])
+    digest = hashlib.sha256(raw).hexdigest()
+    store.setdefault(digest, image["data"])
+    return ImageRef(sha256=digest, mime_type=image["mimeType"], size=len(raw))

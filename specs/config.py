@@ -98,6 +98,10 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``{keep_last_costly: k, costly_chars: 1500, placeholder_after_success: bool}``. Applied at every
     step, logged with the trajectory and replayed token for token before training and by
     ``launch/eval.py``; ``null``: every observation in full."""
+    keep_images: bool = False
+    """Keep the images tool results return (screenshots) in the trajectories, by hash
+    (``ToolCallRecord.images``, files in ``trajectories/images/``); the model reads a placeholder
+    for each. Off: the gateway drops them for a placeholder that says so."""
 
     def gateway_options(self) -> dict[str, object]:
         """The per-episode options of ``McpGateway.open``."""

@@ -27,6 +27,16 @@ class CutRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Size after the cut (0: dropped whole, a marker stands in its place)."""
 
 
+class ImageRef(msgspec.Struct, frozen=True, kw_only=True):
+    """An image a tool returned (an MCP ``ImageContent``), by the SHA-256 of its bytes: the bytes
+    live once in ``Trajectory.images`` and, on disk, in ``images/<sha256>.<ext>`` beside the JSONL."""
+
+    sha256: str
+    mime_type: str
+    size: int
+    """Bytes (decoded)."""
+
+
 class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What the gateway knew about one tool call, kept in the trajectory (rewards read these,
     never the observation text)."""
@@ -55,6 +65,8 @@ class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The result in MCP's shape, ``{"content": [{"type": "text", "text": ...}],
     "structuredContent": ..., "isError": ...}`` (the observation's text, as bounded and redacted):
     what a task's per-call cleanups read as ``$return`` (``specs.cleanup_calls``)."""
+    images: tuple[ImageRef, ...] = ()
+    """The images the result carried (the gateway keeps them with ``rollout.keep_images``), in order."""
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,6 +152,9 @@ class Trajectory(msgspec.Struct, kw_only=True):
     """What the observation rule did at each step (``policies.observations.RuleRecord`` as builtins),
     when one was applied: ``messages`` is then the full history and these rebuild each step's
     context from it (``policies.replay``). Empty without a rule."""
+    images: dict[str, str] = msgspec.field(default_factory=dict)
+    """The tool results' images by SHA-256 (``ImageRef``), base64, each once however often it was
+    returned; written beside the trajectories, never inlined in their JSONL (``launch.report``)."""
 
     @property
     def succeeded(self) -> bool:
