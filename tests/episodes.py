@@ -130,6 +130,7 @@ async def run_domain(
                     tokenizer, reasoning_format=cfg.rollout.reasoning_format
                 ),
                 system_prompt=system_prompt(cfg),
+                observation_rule=cfg.rollout.observation_rule,
                 acquire_workers=1,
                 run_workers=max_live,
                 eval_workers=1,

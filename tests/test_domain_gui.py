@@ -240,3 +240,43 @@ def test_a_gui_server_the_server_list_lacks_is_refused_at_load(monkeypatch: pyte
     typo = msgspec.structs.replace(cfg, domain=msgspec.structs.replace(cfg.domain, gui_servers=("browsr",)))
     with pytest.raises(SpecError, match=r"domain.gui_servers: \['browsr'\] are not servers of this list"):
         load_split(typo, "eval", 1)
+
+
+@pytest.mark.anyio
+async def test_a_window_on_screenshots_drops_the_old_one_and_the_episode_replays(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch, browser_ready: None
+) -> None:
+    """Paper 002's observation rule on real screenshots: with window k = 1 over image observations
+    (text never counts as costly here), the GUI expert's first screenshot is replaced by the
+    placeholder once the second arrives; the task still succeeds and the logged rule rebuilds the
+    recorded tokens exactly."""
+    from policies.replay import check_replay
+    from policies.tokens import ChatRecorder
+    from specs.observation_rule import PLACEHOLDER, ObservationRule
+
+    monkeypatch.chdir(REPO)
+    cfg = load_run_config(CONFIG)
+    rule = ObservationRule(keep_last_costly=1, costly_chars=10**6)
+    cfg = msgspec.structs.replace(
+        cfg,
+        domain=msgspec.structs.replace(cfg.domain, expert="specs.domains.gui.expert:respond_gui"),
+        rollout=msgspec.structs.replace(cfg.rollout, observation_rule=rule),
+    )
+    task = next(
+        t for t in load_tasks(DOMAIN / "tasks" / "train.json") if t.private["_template"] == "set_price"
+    )
+    root = Path(tempfile.mkdtemp(prefix="mcprl-gui-"))
+    try:
+        [trajectory] = await run_domain(cfg, [task], "bwrap", root, tokenizer)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert trajectory.status == "ok" and trajectory.succeeded, trajectory.score
+    shots = [c for c in trajectory.tool_calls if c.tool == "browser_take_screenshot"]
+    assert len(shots) == 2 and all(len(c.images) == 1 for c in shots)
+    dropped = [
+        r for rec in trajectory.observation_records for r in rec["replaced"] if r["reason"] == "window"
+    ]
+    assert dropped, trajectory.observation_records
+    seen = tokenizer.decode(trajectory.token_ids[trajectory.segment_starts[-1] :])  # the last context
+    assert seen.count("[image 1: image/png, attached]") == 1 and PLACEHOLDER in seen
+    assert check_replay(trajectory, lambda: ChatRecorder(tokenizer)) is None

@@ -6,9 +6,11 @@ the browser, as paper 002's GUI-only agent. Both replay a per-family script (a g
 calls) against the tool results seen so far in the conversation, like the apps expert: SKUs and
 quantities come from the inventory's answers, element refs from the browser's accessibility
 snapshots (``browser_snapshot``), so nothing of the state is known offline. A GUI step looks at the
-page once (``browser_take_screenshot``: the image observation), reads the snapshot for the refs,
-fills the form (``browser_fill_form``), presses its button and reads the page again for the app's
-"Saved:" line; an "Error:" alert or a tool error ends the episode with a reply that says so.
+page (``browser_take_screenshot``: the image observation), reads the snapshot for the refs, fills
+the form (``browser_fill_form``), presses its button, reads the page again for the app's "Saved:"
+line and looks at it once more; an "Error:" alert or a tool error ends the episode with a reply that
+says so. The scripts never read a screenshot's observation, so a rule that drops old screenshots
+(window-k on images) leaves them working.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def submit(page: str, values: dict[str, str], button: str) -> Step:
     alert = re.search(r"alert[^\n]*: (Error: [^\n]*)", after)
     if alert or "Saved:" not in after:
         raise ToolFailed(alert.group(1) if alert else "the app did not say it saved the change")
+    yield from browse("browser_take_screenshot", "Look at the saved page.", type="png", scale="css")
     return after
 
 
