@@ -95,6 +95,7 @@ class GatewayOptions(TypedDict, total=False):
     cancel_grace_s: float
     control_tokens: Sequence[str]
     keep_images: bool
+    max_episode_images: int | None
 
 
 _DEFAULT_CAPS = ResultCaps()
@@ -120,10 +121,12 @@ class McpGateway:
         cancel_grace_s: float = 1.0,
         control_tokens: Sequence[str] = (),
         keep_images: bool = False,
+        max_episode_images: int | None = None,
     ) -> None:
         """``control_tokens``: the model's special tokens, escaped in every observation on top of
         ``DEFAULT_CONTROL_TOKENS``; ``keep_images``: pass images through for a multimodal model;
-        the ``max_*`` caps bound each part of a result (``actors.mcp_results.ResultCaps``)."""
+        the ``max_*`` caps bound each part of a result and the images of an episode
+        (``actors.mcp_results.ResultCaps``)."""
         self._provisioner_for = provisioner_for
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
         self.cancel_grace_s = cancel_grace_s
@@ -133,6 +136,7 @@ class McpGateway:
             max_image_bytes=max_image_bytes,
             max_images=max_images,
             keep_images=keep_images,
+            max_episode_images=max_episode_images,
         )
         self.controls = tuple(dict.fromkeys([*DEFAULT_CONTROL_TOKENS, *control_tokens]))
         self._envs: dict[str, EnvState] = {}
@@ -235,9 +239,13 @@ class McpGateway:
             known = ", ".join(state.tools) or "(none)"
             unknown = Parts(text=f"Unknown tool {name!r}. Available tools: {known}.")
             return self._result(state, None, name, started, unknown, "unknown_tool")
+        caps = self.caps
+        if caps.max_episode_images is not None:
+            caps = msgspec.structs.replace(caps, images_left=caps.max_episode_images - state.images_kept)
         parts, kind = await run_call(
-            state, spec, arguments, timeout_s, self.caps, self.cancel_grace_s, self._start
+            state, spec, arguments, timeout_s, caps, self.cancel_grace_s, self._start
         )
+        state.images_kept += len(parts.images)
         return self._result(state, spec, name, started, parts, kind)
 
     def _result(

@@ -54,11 +54,20 @@ class ResultCaps(msgspec.Struct, frozen=True, kw_only=True):
     """Images kept per result; later ones are dropped."""
     keep_images: bool = False
     """Keep images for a multimodal model; otherwise each is a placeholder in the text."""
+    max_episode_images: int | None = None
+    """Images kept per episode (an environment open in the gateway); later ones are placeholders
+    that say the episode's cap is reached. ``None``: no cap but the per-result one."""
+    images_left: int | None = None
+    """For one call: what the episode's cap leaves (the gateway sets it per call)."""
 
     def __post_init__(self) -> None:
         for name in ("max_text_chars", "max_structured_bytes", "max_image_bytes", "max_images"):
             if getattr(self, name) < 0:
                 raise ValueError(f"McpGateway option {name} must be >= 0, got {getattr(self, name)}")
+        if self.max_episode_images is not None and self.max_episode_images < 0:
+            raise ValueError(
+                f"McpGateway option max_episode_images must be >= 0, got {self.max_episode_images}"
+            )
 
 
 class Parts(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,6 +140,12 @@ def _keep_image(item: dict[str, Any], caps: ResultCaps, images: list[Image], cut
     if len(images) >= caps.max_images:
         cuts.append(CutRecord(part="image", original_bytes=len(data), kept_bytes=0))
         return f"[image, {mime}, not shown: the gateway keeps at most {caps.max_images} images per result]"
+    if caps.images_left is not None and len(images) >= caps.images_left:
+        cuts.append(CutRecord(part="image", original_bytes=len(data), kept_bytes=0))
+        return (
+            f"[image, {mime}, not shown: this episode has had its {caps.max_episode_images} images, "
+            "the most the gateway keeps per episode]"
+        )
     try:
         base64.b64decode(data, validate=True)
     except binascii.Error:

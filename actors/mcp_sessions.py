@@ -88,6 +88,7 @@ class EnvState:
         self.restart_lock = anyio.Lock()
         self.secrets: tuple[str, ...] = ()
         self.budget_left_s: float | None = None
+        self.images_kept = 0
         self.router: ToolRouter | None = None
         self.endpoint: anyio.CancelScope | None = None
 

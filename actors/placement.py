@@ -222,7 +222,10 @@ def start_env_agent(
         ray_options=here,
     )
     gateway = remote_mcp_gateway(
-        ray_options=here, control_tokens=tuple(control_tokens), keep_images=cfg.rollout.keep_images
+        ray_options=here,
+        control_tokens=tuple(control_tokens),
+        keep_images=cfg.rollout.keep_images,
+        max_episode_images=cfg.rollout.max_episode_images,
     )
     evaluator = remote_class(Evaluator, **here).remote(
         hook_modules=cfg.hook_modules, scoring=scoring_for(cfg)

@@ -102,6 +102,9 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Keep the images tool results return (screenshots) in the trajectories, by hash
     (``ToolCallRecord.images``, files in ``trajectories/images/``); the model reads a placeholder
     for each. Off: the gateway drops them for a placeholder that says so."""
+    max_episode_images: int | None = None
+    """With ``keep_images``: the images kept per episode; later ones are placeholders that say the
+    episode's cap is reached (the gateway also keeps at most 4 per result). ``null``: no cap."""
 
     def gateway_options(self) -> dict[str, object]:
         """The per-episode options of ``McpGateway.open``."""

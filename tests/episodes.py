@@ -116,7 +116,9 @@ async def run_domain(
         make_backend(backend, root), run_id(), max_live=max_live, hook_modules=cfg.domain.hook_modules
     )
     try:
-        async with McpGateway.running(keep_images=cfg.rollout.keep_images) as gateway:
+        async with McpGateway.running(
+            keep_images=cfg.rollout.keep_images, max_episode_images=cfg.rollout.max_episode_images
+        ) as gateway:
             pipeline = RolloutPipeline(
                 pool=pool,
                 gateway=gateway,

@@ -338,6 +338,19 @@ async def test_images_beyond_the_count_or_size_cap_are_placeholders_with_their_c
     assert large.text.endswith("a transparent pixel")
 
 
+async def test_an_episode_keeps_at_most_its_cap_of_images_and_says_so(tmp_path: Path) -> None:
+    options = {"keep_images": True, "max_episode_images": 4}
+    async with opened(tmp_path, edge_server(), gateway_kwargs=options) as (gateway, env, _):
+        first = await gateway.call(env.env_id, "edge__pictures", {"n": 3}, 10)
+        second = await gateway.call(env.env_id, "edge__pictures", {"n": 3}, 10)
+        third = await gateway.call(env.env_id, "edge__picture", {}, 10)
+    assert (len(first.images), len(second.images), len(third.images)) == (3, 1, 0)
+    assert "[image 1: image/png, attached]" in second.text
+    capped = "not shown: this episode has had its 4 images, the most the gateway keeps per episode"
+    assert second.text.count(capped) == 2 and third.text.count(capped) == 1
+    assert [c.part for c in second.cuts] == ["image", "image"] and first.cuts == ()
+
+
 async def test_a_route_answer_over_the_output_limit_lists_whole_lines_and_exactly_their_hits(
     tmp_path: Path,
 ) -> None:
