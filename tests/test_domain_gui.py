@@ -225,9 +225,10 @@ async def test_both_experts_do_a_gui_only_step_and_a_tool_step_on_a_real_browser
     servers = {c.server for c in trajectory.tool_calls}
     assert servers == ({"browser"} if expert == "respond_gui" else {"browser", "inventory"}), servers
     assert all(c.ok for c in trajectory.tool_calls)
-    (shot,) = [c for c in trajectory.tool_calls if c.tool == "browser_take_screenshot"]
-    (ref,) = shot.images  # kept by hash (rollout.keep_images), the bytes once in the trajectory
-    assert ref.mime_type == "image/png" and set(trajectory.images) == {ref.sha256}
+    shots = [c for c in trajectory.tool_calls if c.tool == "browser_take_screenshot"]
+    refs = [ref for c in shots for ref in c.images]  # kept by hash (rollout.keep_images)
+    assert len(shots) >= 2 and len(refs) == len(shots) and {r.mime_type for r in refs} == {"image/png"}
+    assert set(trajectory.images) == {r.sha256 for r in refs}  # the bytes once in the trajectory
 
 
 def test_a_gui_server_the_server_list_lacks_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
