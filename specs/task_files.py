@@ -9,11 +9,43 @@ file (each domain's tests check that).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specs.task import parse_tasks
+
+World = TypeVar("World")
+Draft = dict[str, Any]
+MAX_TRIES = 500
+
+
+def draw_round_robin(
+    rng: random.Random,
+    world: World,
+    families: Mapping[str, Callable[[random.Random, World], Draft | None]],
+    n: int,
+    prefix: str,
+    seen: set[str],
+    task: Callable[[str, str, Draft], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """``n`` tasks ``<prefix>-0000``... from ``families`` taken in turn (balanced), each a new
+    instruction (``seen`` grows); a family's ``None`` (a draw the world does not fit) draws again.
+    ``task(instance_id, family, draft)`` makes the task dict."""
+    names = list(families)
+    tasks: list[dict[str, Any]] = []
+    while len(tasks) < n:
+        family = names[len(tasks) % len(names)]
+        for _ in range(MAX_TRIES):
+            d = families[family](rng, world)
+            if d is not None and d["instruction"] not in seen:
+                break
+        else:
+            raise RuntimeError(f"family {family!r}: no new task in {MAX_TRIES} draws")
+        seen.add(d["instruction"])
+        tasks.append(task(f"{prefix}-{len(tasks):04d}", family, d))
+    return tasks
 
 
 def render(tasks: Sequence[Any]) -> str:

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 from collections.abc import Callable, Generator
 from typing import Any
 
-Call = tuple[str, dict[str, Any], str]  # (server__tool, arguments, why)
-Script = Generator[Call, Any, str]
-_RESPONSE = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.DOTALL)
+from specs.domains.scripts import Call, Script, respond_with
 
 
 class ToolFailed(Exception):
@@ -34,7 +31,7 @@ def _parse(text: str) -> Any:
     try:
         return ast.literal_eval(text)  # mcp-server-sqlite prints Python reprs of its rows
     except (ValueError, SyntaxError):
-        raise ToolFailed(text.strip()[:300]) from None
+        raise ToolFailed(f"a tool answered {text.strip()[:300]}") from None
 
 
 def _money(x: float) -> str:
@@ -255,18 +252,4 @@ def respond(task: Any, conversation: str) -> str:
         raise ValueError(
             f"task {task.instance_id}: the apps expert needs a private '_plan' with a known family"
         )
-    # Only what came after the task itself: the system prompt shows the tags as an example.
-    after_task = conversation[conversation.rfind(task.instruction) + len(task.instruction) :]
-    results = _RESPONSE.findall(after_task)
-    script = SCRIPTS[plan["family"]](plan)
-    try:
-        step = next(script)
-        for text in results:
-            step = script.send(_parse(text))
-    except StopIteration as done:
-        return str(done.value)
-    except ToolFailed as e:
-        return f"I could not finish the request: a tool answered {e}"
-    name, arguments, why = step
-    think = f"<think>{why}</think>\n" if "<think></think>" in conversation else ""
-    return f"{think}{why}\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+    return respond_with(SCRIPTS[plan["family"]](plan), task, conversation, _parse, ToolFailed)

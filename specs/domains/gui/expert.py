@@ -21,11 +21,9 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from specs.domains.gui.families import URL
+from specs.domains.scripts import Call, Script, respond_with
 
-Call = tuple[str, dict[str, Any], str]  # (server__tool, arguments, why)
-Script = Generator[Call, str, str]
 Step = Generator[Call, str, Any]
-_RESPONSE = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.DOTALL)
 NEW_ITEM_FIELDS = ("SKU", "Name", "Category", "Location", "Quantity", "Price")
 
 
@@ -206,20 +204,7 @@ def _respond(task: Any, conversation: str, gui: bool) -> str:
         raise ValueError(
             f"task {task.instance_id}: the gui expert needs a private '_plan' with a known family"
         )
-    # Only what came after the task itself: the system prompt shows the tags as an example.
-    after_task = conversation[conversation.rfind(task.instruction) + len(task.instruction) :]
-    script = SCRIPTS[plan["family"]](plan, gui)
-    try:
-        step = next(script)
-        for text in _RESPONSE.findall(after_task):
-            step = script.send(text)
-    except StopIteration as done:
-        return str(done.value)
-    except ToolFailed as e:
-        return f"I could not finish the request: {e}"
-    name, arguments, why = step
-    think = f"<think>{why}</think>\n" if "<think></think>" in conversation else ""
-    return f"{think}{why}\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+    return respond_with(SCRIPTS[plan["family"]](plan, gui), task, conversation, str, ToolFailed)
 
 
 def respond(task: Any, conversation: str) -> str:

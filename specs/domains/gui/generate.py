@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specs.domains.gui import families as f
-from specs.task_files import write_task_files
+from specs.task_files import draw_round_robin, write_task_files
 
 TRAIN_FAMILIES: dict[str, f.Family] = {  # GUI-only ones among the first: `--limit 4` runs two
     "restock": f.restock,
@@ -32,7 +32,6 @@ HELDOUT_FAMILIES: dict[str, f.Family] = {
 }
 GUI_ONLY = frozenset({"set_price", "add_item"})
 """Families no MCP tool can do (the reference calls hold no state-changing call)."""
-MAX_TRIES = 500
 
 
 def _task(instance_id: str, family: str, d: f.Draft) -> dict[str, Any]:
@@ -51,33 +50,17 @@ def _task(instance_id: str, family: str, d: f.Draft) -> dict[str, Any]:
     }
 
 
-def _draw(
-    rng: random.Random, world: f.World, families: dict[str, f.Family], n: int, prefix: str, seen: set[str]
-) -> list[dict[str, Any]]:
-    names = list(families)
-    tasks: list[dict[str, Any]] = []
-    while len(tasks) < n:
-        family = names[len(tasks) % len(names)]  # round robin keeps the families balanced
-        for _ in range(MAX_TRIES):
-            d = families[family](rng, world)
-            if d is not None and d["instruction"] not in seen:
-                break
-        else:
-            raise RuntimeError(f"family {family!r}: no new task in {MAX_TRIES} draws")
-        seen.add(d["instruction"])
-        tasks.append(_task(f"{prefix}-{len(tasks):04d}", family, d))
-    return tasks
-
-
 def generate(
     seed: int = 0, n_train: int = 48, n_eval: int = 24
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, eval) task dicts; eval is half seen families (new draws), half held-out families."""
     rng, world = random.Random(seed), f.World()
     seen: set[str] = set()
-    train = _draw(rng, world, TRAIN_FAMILIES, n_train, "gui-train", seen)
-    seen_half = _draw(rng, world, TRAIN_FAMILIES, n_eval // 2, "gui-eval-seen", seen)
-    heldout = _draw(rng, world, HELDOUT_FAMILIES, n_eval - n_eval // 2, "gui-eval-heldout", seen)
+    train = draw_round_robin(rng, world, TRAIN_FAMILIES, n_train, "gui-train", seen, _task)
+    seen_half = draw_round_robin(rng, world, TRAIN_FAMILIES, n_eval // 2, "gui-eval-seen", seen, _task)
+    heldout = draw_round_robin(
+        rng, world, HELDOUT_FAMILIES, n_eval - n_eval // 2, "gui-eval-heldout", seen, _task
+    )
     return train, seen_half + heldout
 
 
