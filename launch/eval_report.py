@@ -21,11 +21,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("reasoning_tokens", "cot tok", "{:.1f}"),
     ("task_adoption", "task adopt", "{:.2f}"),
     ("tool_step_share", "tool steps", "{:.2f}"),
+    ("gui_step_share", "gui steps", "{:.2f}"),
     ("false_success", "false succ", "{:.2f}"),
     ("hallucinated_tools", "halluc", "{:.2f}"),
     ("input_tokens", "input tok", "{:.0f}"),
 )
 """The table's metric columns, after ``n`` (episodes) and ``tasks``; the JSON has every metric."""
+OPTIONAL = frozenset({"gui_step_share"})
+"""Columns shown only when a row has the metric (a hybrid GUI + MCP domain)."""
 
 Rows = Mapping[str, Mapping[str, tuple[float, float]]]
 
@@ -42,9 +45,10 @@ def format_table(rows: Rows) -> str:
     def count(row: Mapping[str, tuple[float, float]], key: str) -> str:
         return f"{row[key][0]:.0f}" if key in row else "-"
 
-    header = ["domain", "n", "tasks", *(h for _, h, _ in COLUMNS)]
+    columns = [c for c in COLUMNS if c[0] not in OPTIONAL or any(c[0] in row for row in rows.values())]
+    header = ["domain", "n", "tasks", *(h for _, h, _ in columns)]
     body = [
-        [name, count(row, "episodes"), count(row, "tasks"), *(cell(row, k, f) for k, _, f in COLUMNS)]
+        [name, count(row, "episodes"), count(row, "tasks"), *(cell(row, k, f) for k, _, f in columns)]
         for name, row in rows.items()
     ]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]

@@ -152,6 +152,9 @@ def test_the_table_has_a_row_per_domain_and_mean_plus_minus_se_cells() -> None:
     ]  # fmt: skip
     assert lines[2].split() == ["geo", "0", "-", "-", "-", "-", "-", "-", "-", "-", "-"]
     assert len({len(line) for line in lines}) == 1  # aligned columns
+    hybrid = {"all": {**ROWS["all"], "gui_step_share": (0.25, 0.1)}}  # a GUI + MCP domain adds a column
+    header, row = format_table(hybrid).splitlines()
+    assert "gui steps" in header and row.split()[8] == "0.25±0.10"
 
 
 def test_the_json_holds_mean_and_stderr_of_every_metric(tmp_path: Path, monkeypatch: Any) -> None:
