@@ -329,7 +329,10 @@ async def run_eval(plan: EvalPlan, verbose: bool = False) -> dict[str, dict[str,
             path = s.reporter.write_trajectories(
                 f"eval-{plan.split}-{plan.tag}-{name}", trajectories, s.tokenizer
             )
-            rows = metrics_with_stderr(trajectories, plan.domains, cfg.gui_servers)
+            reachable = (
+                {t.instance_id: bool(t.reference_calls) for t in plan.tasks} if cfg.gui_servers else None
+            )
+            rows = metrics_with_stderr(trajectories, plan.domains, cfg.gui_servers, reachable)
             lost = sum(lost_by_status(trajectories).values())
             mismatched = 0
             if cfg.rollout.observation_rule is not None:

@@ -22,12 +22,13 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("task_adoption", "task adopt", "{:.2f}"),
     ("tool_step_share", "tool steps", "{:.2f}"),
     ("gui_step_share", "gui steps", "{:.2f}"),
+    ("reachable_adoption", "reach adopt", "{:.2f}"),
     ("false_success", "false succ", "{:.2f}"),
     ("hallucinated_tools", "halluc", "{:.2f}"),
     ("input_tokens", "input tok", "{:.0f}"),
 )
 """The table's metric columns, after ``n`` (episodes) and ``tasks``; the JSON has every metric."""
-OPTIONAL = frozenset({"gui_step_share"})
+OPTIONAL = frozenset({"gui_step_share", "reachable_adoption"})
 """Columns shown only when a row has the metric (a hybrid GUI + MCP domain)."""
 
 Rows = Mapping[str, Mapping[str, tuple[float, float]]]

@@ -39,9 +39,10 @@ async def _eval_run(
     s.reporter.write_trajectories(f"eval_{phase}{kind}", trajectories, s.tokenizer)
     lost = sum(t.status != "ok" for t in trajectories)
     gui = s.cfg.gui_servers
-    metrics = {**episode_metrics(trajectories, gui_servers=gui), "lost": float(lost)}
+    reachable = {t.instance_id: bool(t.reference_calls) for t in tasks} if gui else None
+    metrics = {**episode_metrics(trajectories, gui_servers=gui, reachable=reachable), "lost": float(lost)}
     if s.domain_of:  # a run that mixes domains: each domain's numbers too (W&B, not the table)
-        rows = metrics_with_stderr(trajectories, s.domain_of, gui)
+        rows = metrics_with_stderr(trajectories, s.domain_of, gui, reachable)
         metrics |= {
             f"{d}/{k}": mean for d, row in rows.items() if d != OVERALL for k, (mean, _) in row.items()
         }

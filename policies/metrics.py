@@ -51,6 +51,9 @@ outside ``G`` (paper 002's TIR: MCP steps over all steps), and
 
 - ``gui_step_share = Σ_τ |{turn(c) : c ∈ C(τ), server(c) ∈ G}| / Σ_τ T(τ)``: the turns spent on the
   GUI; ``1 - tool_step_share - gui_step_share`` is the share of turns with no action (the answer).
+- ``reachable_adoption``: ``task_adoption`` over the tool-reachable tasks only (``reachable``: a map
+  ``task_id -> bool``, a task with reference calls; paper 002's "23.9% of the tool-reachable ones"),
+  absent where a row has none.
 
 Plus the counts ``episodes = n`` and ``tasks = J``.
 
@@ -140,7 +143,9 @@ def _scored(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
     return [t for t in trajectories if t.status == "ok" and t.score is not None]
 
 
-def _with_stderr(scored: Sequence[Trajectory], gui: frozenset[str]) -> dict[str, tuple[float, float]]:
+def _with_stderr(
+    scored: Sequence[Trajectory], gui: frozenset[str], reachable: Mapping[str, bool] | None = None
+) -> dict[str, tuple[float, float]]:
     """Every metric of ``scored`` (non-empty) as ``(mean, stderr)``, clustered by task."""
     by_task: dict[str, list[Trajectory]] = {}
     for t in scored:
@@ -166,9 +171,14 @@ def _with_stderr(scored: Sequence[Trajectory], gui: frozenset[str]) -> dict[str,
         out["gui_step_share"] = ratio_and_stderr(
             [sum(_turns_with(t, gui, on_gui=True) for t in group) for group in tasks], turns
         )
-    out["task_adoption"] = mean_and_stderr(
-        1.0 if any(_adopted(c, gui) for t in group for c in t.tool_calls) else 0.0 for group in tasks
-    )
+    adopted = {
+        group[0].task_id: any(_adopted(c, gui) for t in group for c in t.tool_calls) for group in tasks
+    }
+    out["task_adoption"] = mean_and_stderr(1.0 if a else 0.0 for a in adopted.values())
+    if reachable is not None and any(reachable.get(task, False) for task in adopted):
+        out["reachable_adoption"] = mean_and_stderr(
+            1.0 if a else 0.0 for task, a in adopted.items() if reachable.get(task, False)
+        )
     return out
 
 
@@ -176,6 +186,7 @@ def metrics_with_stderr(
     trajectories: Sequence[Trajectory],
     by: Mapping[str, str] | None = None,
     gui_servers: Iterable[str] = (),
+    reachable: Mapping[str, bool] | None = None,
 ) -> dict[str, dict[str, tuple[float, float]]]:
     """``{row: {metric: (mean, stderr)}}``: the row ``"all"`` over every scored episode, then (with
     ``by``, a map ``task_id -> domain``) one row per domain, sorted. With no scored episode the
@@ -184,7 +195,7 @@ def metrics_with_stderr(
     if not scored:
         return {OVERALL: {"episodes": (0.0, 0.0)}}
     gui = frozenset(gui_servers)
-    rows = {OVERALL: _with_stderr(scored, gui)}
+    rows = {OVERALL: _with_stderr(scored, gui, reachable)}
     if by is None:
         return rows
     domains: dict[str, list[Trajectory]] = {}
@@ -197,13 +208,16 @@ def metrics_with_stderr(
                 f"metrics_with_stderr: task {t.task_id!r} has domain {OVERALL!r}, which names the overall row"
             )
         domains.setdefault(domain, []).append(t)
-    rows.update((d, _with_stderr(domains[d], gui)) for d in sorted(domains))
+    rows.update((d, _with_stderr(domains[d], gui, reachable)) for d in sorted(domains))
     return rows
 
 
 def episode_metrics(
-    trajectories: Sequence[Trajectory], prefix: str = "", gui_servers: Iterable[str] = ()
+    trajectories: Sequence[Trajectory],
+    prefix: str = "",
+    gui_servers: Iterable[str] = (),
+    reachable: Mapping[str, bool] | None = None,
 ) -> dict[str, float]:
     """The means of ``metrics_with_stderr`` over every scored episode, keys prefixed by ``prefix``."""
-    overall = metrics_with_stderr(trajectories, gui_servers=gui_servers)[OVERALL]
+    overall = metrics_with_stderr(trajectories, gui_servers=gui_servers, reachable=reachable)[OVERALL]
     return {f"{prefix}{k}": mean for k, (mean, _) in overall.items()}

@@ -281,6 +281,10 @@ def test_gui_actions_are_steps_on_the_gui_not_tool_adoption() -> None:
     assert row["gui_step_share"][0] == pytest.approx(5 / 8)
     assert row["tool_step_share"][0] == pytest.approx(1 / 8)
     assert row["tool_adoption"][0] == 0.5 and row["task_adoption"][0] == 0.5
+    reach = metrics_with_stderr(ts, gui_servers=["browser"], reachable={"x": True, "y": False})["all"]
+    assert reach["reachable_adoption"] == (1.0, 0.0)  # x, the one tool-reachable task, adopted
+    unreachable = metrics_with_stderr(ts, gui_servers=["browser"], reachable={"x": False, "y": False})
+    assert "reachable_adoption" not in unreachable["all"]
     plain = metrics_with_stderr(ts)["all"]  # without G every call is tool use
     assert "gui_step_share" not in plain and plain["tool_step_share"][0] == pytest.approx(6 / 8)
     assert plain["tool_adoption"][0] == 1.0
