@@ -3,7 +3,7 @@
 ``Reporter.log(phase, step, metrics)`` prints one aligned row (the columns that matter), appends
 every metric to ``<run_dir>/metrics.jsonl`` and logs it to W&B under ``<phase>/<name>``; ``write_trajectories`` writes one JSON object per
 trajectory (token ids, masks, decoded text, tool-call records, the Evaluator's score) to
-``<run_dir>/trajectories/``.
+``<run_dir>/trajectories/``, the images tool results returned once each in its ``images/`` by hash.
 W&B is offline unless the config says otherwise; ``wandb sync <run_dir>/wandb/...`` uploads later.
 An offline run says so once, at ``close`` (``launch/console.py`` silences wandb's own notices).
 """

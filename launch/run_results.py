@@ -3,7 +3,7 @@
 ``launch.report.Reporter`` writes ``<run_dir>/trajectories/eval_<phase>.jsonl`` per eval (``base``,
 ``warmstart``, ``step<k>``, ``final``; ``eval_<phase>_sampled.jsonl`` with ``train.eval_samples``)
 and ``<run_dir>/metrics.jsonl`` (a ``train`` row per step, with its ``step_s``). ``read_run`` turns
-them into a ``Trial``: each eval's ``policies.metrics.PER_EPISODE`` metrics per task (the mean over
+them into a ``Trial``: each eval's ``policies.metrics.per_episode`` metrics per task (the mean over
 the task's scored episodes) and the steps' wall seconds. ``train.py``'s closing table and the
 learning bench (``launch.bench.learning_report``) both read runs this way.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from policies.metrics import PER_EPISODE
+from policies.metrics import per_episode
 from specs.trajectory import Trajectory
 
 EVAL_FILE = re.compile(r"eval_(base|warmstart|final|step\d+)(_sampled)?\.jsonl")
@@ -92,7 +92,7 @@ def read_eval(path: str, phase: str, step: int) -> EvalPoint:
             by_task.setdefault(t.task_id, []).append(t)
     per_task = {
         name: {task: sum(value(t) for t in ts) / len(ts) for task, ts in by_task.items()}
-        for name, value in PER_EPISODE.items()
+        for name, value in per_episode().items()
     }
     return EvalPoint(phase, step, per_task, lost)
 

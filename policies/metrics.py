@@ -125,7 +125,17 @@ PER_EPISODE: dict[str, Callable[[Trajectory], float]] = {
     "hallucinated_tools": lambda t: float(sum(c.error_kind == "unknown_tool" for c in t.tool_calls)),
     "input_tokens": lambda t: float(sum(turn_input_tokens(t))),
 }
-"""Metric name -> its per-episode value ``v(τ)``; the metric is the mean over episodes."""
+"""Metric name -> its per-episode value ``v(τ)``; the metric is the mean over episodes (with
+``tool_adoption``, which depends on the GUI servers: ``per_episode``)."""
+
+
+def per_episode(gui: frozenset[str] = frozenset()) -> dict[str, Callable[[Trajectory], float]]:
+    """``PER_EPISODE`` and ``tool_adoption``, whose calls on the GUI servers ``gui`` do not count."""
+    return {
+        **PER_EPISODE,
+        "tool_adoption": lambda t: 1.0 if any(_adopted(c, gui) for c in t.tool_calls) else 0.0,
+    }
+
 
 FAMILIES: dict[str, Callable[[Score], float | None]] = {
     "tool_reward": lambda s: s.tool,
@@ -153,16 +163,12 @@ def _with_stderr(
     tasks = list(by_task.values())
     sizes = [float(len(group)) for group in tasks]
     out = {"episodes": (float(len(scored)), 0.0), "tasks": (float(len(tasks)), 0.0)}
-    for name, value in PER_EPISODE.items():
+    for name, value in per_episode(gui).items():
         out[name] = ratio_and_stderr([sum(value(t) for t in group) for group in tasks], sizes)
     for name, family in FAMILIES.items():
         values = [[family(_score(t)) for t in group] for group in tasks]
         if all(v is not None for vs in values for v in vs):
             out[name] = ratio_and_stderr([sum(v for v in vs if v is not None) for vs in values], sizes)
-    out["tool_adoption"] = ratio_and_stderr(
-        [sum(1.0 if any(_adopted(c, gui) for c in t.tool_calls) else 0.0 for t in group) for group in tasks],
-        sizes,
-    )
     turns = [float(sum(t.num_turns for t in group)) for group in tasks]
     out["tool_step_share"] = ratio_and_stderr(
         [sum(_turns_with(t, gui, on_gui=False) for t in group) for group in tasks], turns
