@@ -1,0 +1,72 @@
+"""The small vision-language policy (``launch/build_vlm.py``): a real Idefics3/SmolVLM-shaped model whose
+text model is SmolLM2-135M-Instruct exactly, and whose processor turns a screenshot into its image
+tokens; vLLM serves it with an image (slow: the real engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launch.build_vlm import build
+
+TEXT = "<|im_start|>user\nWhat is on the screen? <image><|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def vlm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(model_dir, tmp_path_factory.mktemp("vlm") / "SmolVLM-SmolLM2-135M")
+
+
+def screenshot() -> Any:
+    from PIL import Image
+
+    return Image.new("RGB", (640, 480), (200, 30, 30))
+
+
+def test_its_text_model_is_smollm2_exactly_and_an_image_is_sixteen_tokens(vlm: Path, model_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoProcessor, Idefics3ForConditionalGeneration
+
+    processor = AutoProcessor.from_pretrained(vlm)
+    model = Idefics3ForConditionalGeneration.from_pretrained(vlm, dtype=torch.float32)
+    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    ids = processor.tokenizer(
+        "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n", return_tensors="pt"
+    )
+    with torch.no_grad():
+        vlm_logits = model(input_ids=ids["input_ids"]).logits[0, :, : lm.config.vocab_size]
+        lm_logits = lm(input_ids=ids["input_ids"]).logits[0]
+    assert torch.equal(vlm_logits, lm_logits)
+
+    inputs = processor(text=TEXT, images=[screenshot()], return_tensors="pt")
+    text = processor.tokenizer.decode(inputs["input_ids"][0])
+    assert "<fake_token_around_image><global-img>" + "<image>" * 16 + "<fake_token_around_image>" in text
+    assert tuple(inputs["pixel_values"].shape) == (1, 1, 3, 256, 256)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] == inputs["input_ids"].shape[1] + 4
+
+
+@pytest.mark.slow
+def test_vllm_serves_it_with_an_image(vlm: Path) -> None:
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=str(vlm),
+        max_model_len=2048,
+        limit_mm_per_prompt={"image": 2},
+        seed=0,
+        enforce_eager=True,
+        kv_cache_memory_bytes=2**30,  # on CPU: the KV cache, not a share of the host (actors.generator)
+    )
+    try:
+        [out] = llm.generate(
+            {"prompt": TEXT, "multi_modal_data": {"image": screenshot()}},
+            SamplingParams(temperature=0.0, max_tokens=8, logprobs=0),
+        )
+    finally:
+        llm.llm_engine.engine_core.shutdown()  # the engine's process, now rather than at exit
+    assert len(out.outputs[0].token_ids) == 8
+    assert len(out.prompt_token_ids) == 35  # the 16 image tokens and their markers, expanded by vLLM
