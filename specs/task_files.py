@@ -48,6 +48,28 @@ def draw_round_robin(
     return tasks
 
 
+def train_and_eval(
+    rng: random.Random,
+    world: World,
+    train_families: Mapping[str, Callable[[random.Random, World], Draft | None]],
+    heldout_families: Mapping[str, Callable[[random.Random, World], Draft | None]],
+    n_train: int,
+    n_eval: int,
+    prefix: str,
+    task: Callable[[str, str, Draft], dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(train, eval)``: ``<prefix>-train-*`` from the train families, then eval as half new draws of
+    them (``<prefix>-eval-seen-*``) and half held-out families (``<prefix>-eval-heldout-*``), no
+    instruction twice (``draw_round_robin``)."""
+    seen: set[str] = set()
+    train = draw_round_robin(rng, world, train_families, n_train, f"{prefix}-train", seen, task)
+    seen_half = draw_round_robin(rng, world, train_families, n_eval // 2, f"{prefix}-eval-seen", seen, task)
+    heldout = draw_round_robin(
+        rng, world, heldout_families, n_eval - n_eval // 2, f"{prefix}-eval-heldout", seen, task
+    )
+    return train, seen_half + heldout
+
+
 def render(tasks: Sequence[Any]) -> str:
     """The text of a task file (or any generated JSON list) as the generators write it."""
     return json.dumps(list(tasks), indent=2, ensure_ascii=False) + "\n"

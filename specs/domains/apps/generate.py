@@ -26,7 +26,7 @@ from specs.domains.apps import families_bank as b
 from specs.domains.apps import families_heldout as h
 from specs.domains.apps import families_orders as o
 from specs.domains.apps.world import World
-from specs.task_files import draw_round_robin, write_task_files
+from specs.task_files import train_and_eval, write_task_files
 
 TRAIN_FAMILIES: dict[str, f.Family] = {
     "transfer": b.transfer,
@@ -75,14 +75,9 @@ def generate(
     seed: int = 0, n_train: int = 108, n_eval: int = 40
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, eval) task dicts; eval is half seen families (new draws), half held-out families."""
-    rng, world = random.Random(seed), World()
-    seen: set[str] = set()
-    train = draw_round_robin(rng, world, TRAIN_FAMILIES, n_train, "apps-train", seen, _task)
-    seen_half = draw_round_robin(rng, world, TRAIN_FAMILIES, n_eval // 2, "apps-eval-seen", seen, _task)
-    heldout = draw_round_robin(
-        rng, world, HELDOUT_FAMILIES, n_eval - n_eval // 2, "apps-eval-heldout", seen, _task
+    return train_and_eval(
+        random.Random(seed), World(), TRAIN_FAMILIES, HELDOUT_FAMILIES, n_train, n_eval, "apps", _task
     )
-    return train, seen_half + heldout
 
 
 def main(argv: list[str] | None = None) -> None:

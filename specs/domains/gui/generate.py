@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specs.domains.gui import families as f
-from specs.task_files import draw_round_robin, write_task_files
+from specs.task_files import train_and_eval, write_task_files
 
 TRAIN_FAMILIES: dict[str, f.Family] = {  # GUI-only ones among the first: `--limit 4` runs two
     "restock": f.restock,
@@ -54,14 +54,9 @@ def generate(
     seed: int = 0, n_train: int = 48, n_eval: int = 24
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, eval) task dicts; eval is half seen families (new draws), half held-out families."""
-    rng, world = random.Random(seed), f.World()
-    seen: set[str] = set()
-    train = draw_round_robin(rng, world, TRAIN_FAMILIES, n_train, "gui-train", seen, _task)
-    seen_half = draw_round_robin(rng, world, TRAIN_FAMILIES, n_eval // 2, "gui-eval-seen", seen, _task)
-    heldout = draw_round_robin(
-        rng, world, HELDOUT_FAMILIES, n_eval - n_eval // 2, "gui-eval-heldout", seen, _task
+    return train_and_eval(
+        random.Random(seed), f.World(), TRAIN_FAMILIES, HELDOUT_FAMILIES, n_train, n_eval, "gui", _task
     )
-    return train, seen_half + heldout
 
 
 def main(argv: list[str] | None = None) -> None:
