@@ -8,11 +8,15 @@ its exported weights go back into the engine (``update_weights``), as ``publish_
 A run whose update path silently stops learning (advantages zeroed, a loss sign flipped, the
 weights never reaching the engine, the wrong logprobs) keeps its reward flat and fails here.
 
-Setting, chosen so the base model has headroom and mixed groups: four two-digit additions in the
-calculator domain's answer format, 8 samples each, 24 new tokens, lr 2e-5, 6 steps (about 3
-minutes on 2 CPU cores). Measured mean reward per step: 0.03, 0.09, 0.19, 0.28, 0.38, 0.34 (the mean
-of the last two steps 0.30 above the first two's); the test asks for 0.15, half of that, since
-vLLM's sampling on CPU is not bit-reproducible across runs.
+Setting, chosen so the base model has headroom *and* a signal from the first step: four easy
+additions in the calculator domain's number format, 8 samples each, 24 new tokens, lr 2e-5, 6 steps
+(about 4 minutes on 2 CPU cores). The base model answers these right 10-25% of the time, so nearly
+every group is mixed at step 1. (The earlier setting, two-digit sums with carries and a sentence to
+end on, had a base success near 0: 0 of 48 samples on each question, measured 2026-12-03, and a run
+whose first steps all failed had nothing to learn from; CI saw it flat at 0.0 twice.) Measured mean
+reward per step, two runs: 0.22, 0.25, 0.53, 0.78, 0.84, 0.84 and 0.22, 0.34, 0.62, 0.72, 0.81, 0.94
+(the mean of the last two steps 0.6 above the first two's); the test asks for 0.3, half of that,
+since vLLM's sampling on CPU is not bit-reproducible across runs.
 """
 
 from __future__ import annotations
@@ -31,12 +35,12 @@ from specs.trajectory import Score, Trajectory, Verdict
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
-FORMAT = "End your reply with one sentence of the form: The answer is <number>."
+FORMAT = "Reply with the number only."
 QUESTIONS = (
-    ("What is 23 + 48?", 71),
-    ("What is 36 + 57?", 93),
-    ("What is 64 + 19?", 83),
-    ("What is 45 + 38?", 83),
+    ("What is 11 + 11?", 22),
+    ("What is 30 + 12?", 42),
+    ("What is 12 + 7?", 19),
+    ("What is 50 + 50?", 100),
 )
 GROUP = 8
 STEPS = int(os.environ.get("REWARD_UP_STEPS", 6))
@@ -124,6 +128,6 @@ async def test_a_fixed_seed_grpo_run_raises_mean_reward(
         await engine.update_weights(learner.version, path)
         print(f"step {step}: mean reward {rewards[-1]:.3f}, {len(samples)} samples", flush=True)
     first, last = sum(rewards[:2]) / 2, sum(rewards[-2:]) / 2
-    assert last >= first + 0.15, (
-        f"mean reward per step {[round(r, 3) for r in rewards]}: expected a rise >= 0.15"
+    assert last >= first + 0.3, (
+        f"mean reward per step {[round(r, 3) for r in rewards]}: expected a rise >= 0.3"
     )
