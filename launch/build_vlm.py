@@ -9,7 +9,9 @@ What it is, plainly: a real architecture that vLLM (``smolvlm``) and transformer
 generator, the recorder and the learner) runs for real on CPU; it does not see anything yet (the
 vision encoder and the connector are untrained). Its text is exactly SmolLM2's: the same tokenizer
 plus SmolVLM's image tokens (``<fake_token_around_image>``, ``<image>``, ``<global-img>``), the
-same chat template, the same weights (the embeddings grow by those rows). An image is resized to
+same weights (the embeddings grow by those rows), and SmolLM2's chat template, which also takes a
+message whose content is a list of parts (``{"type": "text", "text": ...}`` as its text, ``{"type":
+"image"}`` as ``<image>``), rendering a string content exactly as before. An image is resized to
 ``--image-size`` (one tile, no splitting) and becomes ``(image_size / patch_size)^2 / scale_factor^2``
 ``<image>`` tokens: 16 at the defaults. A real VLM takes its place by path.
 """
@@ -23,6 +25,21 @@ from pathlib import Path
 IMAGE_TOKENS = ("<fake_token_around_image>", "<image>", "<global-img>")
 DEFAULT_TEXT = Path(".cache/models/SmolLM2-135M-Instruct")
 DEFAULT_OUT = Path(".cache/models/SmolVLM-SmolLM2-135M")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}{% elif part['type'] == 'image' %}{{ '<image>' }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""SmolLM2's template, with list content (text and image parts) as SmolVLM's templates render it."""
 
 
 def build(text: Path, out: Path, image_size: int = 256, patch_size: int = 16, scale_factor: int = 4) -> Path:
@@ -41,6 +58,7 @@ def build(text: Path, out: Path, image_size: int = 256, patch_size: int = 16, sc
         raise ValueError(f"{image_size // patch_size} patches a side do not shuffle by {scale_factor}")
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(text)
+    tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.add_special_tokens({"additional_special_tokens": list(IMAGE_TOKENS)})
     lm = AutoModelForCausalLM.from_pretrained(text, dtype=torch.float32)
     lm.resize_token_embeddings(len(tokenizer))

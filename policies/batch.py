@@ -2,8 +2,8 @@
 
 ``rl_samples`` turns complete groups into GRPO samples (group-normalised advantage per trajectory),
 ``adoption_samples`` into tool-adoption step samples, ``demonstration_samples`` turns expert
-trajectories into supervised samples. All keep the trajectory's tokens, masks and rollout logprobs
-exactly as recorded, and read rewards from the trajectory's typed ``Score`` only
+trajectories into supervised samples. All keep the trajectory's tokens, masks, rollout logprobs and
+images (a vision-language policy's, each where its tokens sit in the sample's row) exactly as recorded, and read rewards from the trajectory's typed ``Score`` only
 (``specs.trajectory``): a reward family the Evaluator did not compute is refused, never read as 0.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from policies.adoption_advantages import step_advantages_with_bonus
 from policies.advantages import group_advantages, keep_groups, success_rate
 from policies.types import TrainSample
-from specs.trajectory import Score, Trajectory
+from specs.trajectory import ImageSpan, Score, Trajectory
 
 
 def rl_samples(
@@ -169,6 +169,7 @@ def _samples(t: Trajectory, advantage: float, reasoning_advantage: float = 0.0) 
             advantage=advantage,
             reasoning=t.reasoning[start:end],
             reasoning_advantage=reasoning_advantage,
+            **_images(t, start, end),
         )
         for start, end in itertools.pairwise(bounds)
         if any(t.trainable[start:end])
@@ -206,6 +207,7 @@ def _step_samples(t: Trajectory, advantages: Sequence[float]) -> list[TrainSampl
                 reasoning=[r & m for r, m in zip(t.reasoning[segment:end], trainable, strict=True)]
                 if t.reasoning
                 else [],
+                **_images(t, segment, end),
             )
         )
     return out
@@ -238,6 +240,16 @@ def _packed_step_samples(t: Trajectory, advantages: Sequence[float]) -> list[Tra
                 ]
                 if t.reasoning
                 else [],
+                **_images(t, segment, segment + width),
             )
         )
     return out
+
+
+def _images(t: Trajectory, start: int, end: int) -> dict[str, Any]:
+    """The ``images`` and ``image_data`` of a sample that is ``t.token_ids[start:end]``."""
+    spans = [s for s in t.image_spans if start <= s.start and s.start + s.length <= end]
+    return {
+        "images": [ImageSpan(sha256=s.sha256, start=s.start - start, length=s.length) for s in spans],
+        "image_data": {s.sha256: t.images[s.sha256] for s in spans if s.sha256 in t.images},
+    }

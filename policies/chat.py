@@ -9,7 +9,10 @@ template has no notion of tools: it renders whatever ``role`` and ``content`` it
   at most one per turn (``policies.tool_calls.parse_tool_call`` reads it back);
 - a tool's result comes back as a ``tool`` message wrapped in ``<tool_response></tool_response>``,
   with errors marked ``error (<kind>):`` so the model can tell them from output;
-- a turn without ``<tool_call>`` is the final answer.
+- a turn without ``<tool_call>`` is the final answer;
+- for a vision-language policy, a result's images are image parts of the message
+  (``{"type": "image", "sha256": ...}``) where the gateway's ``[image n: <mime>, attached]``
+  markers stood, which its chat template renders as its image placeholder.
 
 Everything here is pure string building; ``format_tool_call`` and ``parse_tool_call`` round-trip.
 """
@@ -17,12 +20,17 @@ Everything here is pure string building; ``format_tool_call`` and ``parse_tool_c
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from policies.types import ToolCall, ToolResult, ToolSpec
+from specs.trajectory import ImageRef
 
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+ATTACHED = re.compile(r"\[image (\d+): ([^,\]]*), attached\]")
+"""The gateway's marker of an image it kept (``actors.mcp_results``): ``[image 1: image/png, attached]``."""
 
 _TOOLS_INSTRUCTIONS = """\
 # Tools
@@ -71,13 +79,30 @@ def format_tool_call(call: ToolCall) -> str:
     return f"{TOOL_CALL_OPEN}\n{payload}\n{TOOL_CALL_CLOSE}"
 
 
-def format_tool_result(result: ToolResult, *, role: str = "tool") -> dict[str, str]:
+def format_tool_result(
+    result: ToolResult, *, role: str = "tool", images: Sequence[ImageRef] = ()
+) -> dict[str, Any]:
     """The chat message that carries a tool's result back to the model.
 
     ``role`` is ``tool`` by default; pass ``user`` for a chat template that rejects unknown
-    roles (the ``<tool_response>`` tags keep the message recognisable either way).
+    roles (the ``<tool_response>`` tags keep the message recognisable either way). ``images``
+    (a vision-language policy): the result's images, which become image parts in place of their
+    ``[image n: ...]`` markers (after the text when the markers do not match them one to one).
     """
     text = result.text
     if result.is_error:
         text = f"error ({result.error_kind or 'tool_error'}): {text}"
-    return {"role": role, "content": f"{TOOL_RESPONSE_OPEN}\n{text}\n{TOOL_RESPONSE_CLOSE}"}
+    wrapped = f"{TOOL_RESPONSE_OPEN}\n{text}\n{TOOL_RESPONSE_CLOSE}"
+    if not images:
+        return {"role": role, "content": wrapped}
+    parts = [{"type": "image", "sha256": ref.sha256, "mime_type": ref.mime_type} for ref in images]
+    pieces = ATTACHED.split(wrapped)[::3]  # text, (number, mime), text, ...: keep the text
+    if len(pieces) - 1 != len(parts):
+        return {"role": role, "content": [{"type": "text", "text": wrapped}, *parts]}
+    content: list[dict[str, Any]] = []
+    for piece, part in zip(pieces, [*parts, None], strict=True):
+        if piece:
+            content.append({"type": "text", "text": piece})
+        if part is not None:
+            content.append(part)
+    return {"role": role, "content": content}

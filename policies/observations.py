@@ -72,11 +72,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from policies.chat import TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
+from policies.chat import ATTACHED, TOOL_RESPONSE_CLOSE, TOOL_RESPONSE_OPEN
 from specs.observation_rule import ObservationRule
 
 IMAGE_PART_TYPES = frozenset({"image", "image_url", "input_image"})
-_ATTACHED = re.compile(r"\[image (\d+): ([^,\]]*), attached\]")
 _ERROR = re.compile(r"error \([^)]*\): ")
 
 Content = str | list[dict[str, Any]]
@@ -224,7 +223,7 @@ def _view(message: dict[str, Any], index: int, caller: str) -> _View:
     if body.startswith(TOOL_RESPONSE_OPEN) and body.endswith(TOOL_RESPONSE_CLOSE):
         body = body[len(TOOL_RESPONSE_OPEN) : -len(TOOL_RESPONSE_CLOSE)].strip("\n")
     parts = 0 if isinstance(content, str) else sum(p.get("type") in IMAGE_PART_TYPES for p in content)
-    images = parts + len(_ATTACHED.findall(body))
+    images = parts + len(ATTACHED.findall(body))
     return _View(content=content, body=body, images=images, error=_ERROR.match(body) is not None)
 
 
@@ -233,7 +232,7 @@ def _drop_images(content: Content, placeholder: str) -> Content:
         return f"{placeholder} (image {m[1]}: {m[2]}; the call succeeded)"
 
     if isinstance(content, str):
-        return _ATTACHED.sub(note, content)
+        return ATTACHED.sub(note, content)
     out: list[dict[str, Any]] = []
     n = 0
     for part in content:
@@ -241,7 +240,7 @@ def _drop_images(content: Content, placeholder: str) -> Content:
             n += 1
             out.append({"type": "text", "text": f"{placeholder} (image part {n}; the call succeeded)"})
         elif part.get("type") == "text":
-            out.append({**part, "text": _ATTACHED.sub(note, part.get("text", ""))})
+            out.append({**part, "text": ATTACHED.sub(note, part.get("text", ""))})
         else:
             out.append(dict(part))
     return out

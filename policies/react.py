@@ -10,6 +10,11 @@ With an observation rule (``policies.observations``, paper 002 Eqs. 1-2) the loo
 history and shows the model ``apply_rule(history)`` at every step; each step's ``RuleRecord`` goes
 into the trajectory, so the learner and ``launch/eval.py`` rebuild exactly the contexts the model
 saw (``policies.replay``).
+
+Images: a tool's images are kept by SHA-256 in the recorder's ``images`` (and so in the
+trajectory), whatever the policy. A vision-language policy (``recorder.vision``) also sees them:
+its tool messages carry image parts, and every turn's prompt goes to the engine with the images
+it holds (``ChatRecorder.prompt_images``).
 """
 
 from __future__ import annotations
@@ -83,7 +88,6 @@ async def run_episode(
     history = [dict(m) for m in messages]  # the full conversation, whatever the rule hides
     records: list[dict[str, Any]] = []
     calls: list[ToolCallRecord] = []
-    images: dict[str, str] = {}
     final_answer: str | None = None
     status: str = "ok"
     error: str | None = None
@@ -97,7 +101,9 @@ async def run_episode(
                     f"{limits.max_context_tokens}: raise rollout.max_context_tokens (and generator.max_model_len)"
                 )
             break
-        generation = await engine.generate(ids, msgspec.structs.replace(sampling, max_tokens=budget))
+        generation = await engine.generate(
+            ids, msgspec.structs.replace(sampling, max_tokens=budget), recorder.prompt_images()
+        )
         turns += 1
         text = recorder.add_model_turn(generation)
         history.append({"role": "assistant", "content": text})
@@ -107,12 +113,13 @@ async def run_episode(
                 final_answer = text
             break
         result = await _execute(parsed, tools, env_id, limits.tool_timeout_s)
-        calls.append(_record(turns, parsed, result, images))
+        calls.append(_record(turns, parsed, result, recorder.images))
         if result.error_kind in INFRA_ERRORS:
             status, error = "infra_failed", f"turn {turns}: {result.text}"
             break
         if turns < limits.max_turns:
-            history.append(format_tool_result(result))
+            seen = calls[-1].images if recorder.vision is not None else ()
+            history.append(format_tool_result(result, images=seen))
             if observation_rule is None:
                 ids = recorder.add_messages(history[-1:])
             else:
@@ -128,7 +135,6 @@ async def run_episode(
         **fields,
         observation_records=records,
         tool_calls=calls,
-        images=images,
         final_answer=final_answer,
         num_turns=turns,
         truncated=final_answer is None and status == "ok",

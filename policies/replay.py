@@ -7,7 +7,7 @@ full history (``Trajectory.messages``). ``rebuild`` drives a fresh ``ChatRecorde
 episode from that log alone: the opening messages, then for each model turn the sampled tokens as
 recorded, then the context the rule produced (``observations.replay``) or, without a rule, the
 messages that followed the turn. ``check_replay`` compares the result with the recording token for
-token (ids, trainable mask, reasoning mask, segment starts); the training driver runs it on every
+token (ids, trainable mask, reasoning mask, segment starts, where each image's tokens are); the training driver runs it on every
 trajectory trained under a rule and drops (and counts) a group whose log does not reproduce its
 tokens, so the learner only ever trains on contexts that the logged rule provably produced.
 """
@@ -68,6 +68,7 @@ def rebuild(t: Trajectory, recorder: ChatRecorder) -> ChatRecorder:
         )
     if not assistants:
         raise ReplayError(f"{where}: no model turn to replay")
+    recorder.images.update(t.images)  # a vision-language policy's pixels, for the image parts
     recorder.start(t.messages[: assistants[0]])
     for k, (start, end) in enumerate(turns):
         step = k + 1
@@ -99,6 +100,7 @@ def check_replay(t: Trajectory, recorder_factory: Callable[[], ChatRecorder]) ->
         "trainable": t.trainable,
         "segment_starts": t.segment_starts,
         "reasoning": t.reasoning,
+        "image_spans": t.image_spans,
     }
     for name, value in recorded.items():
         if fields[name] != value:

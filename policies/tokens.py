@@ -22,6 +22,13 @@ Consequences worth knowing:
   recorder then starts a new *segment*, the full re-rendering, untrainable, and records where it
   starts in ``segment_starts``. The next prompt is the current segment only; a learner scores each
   segment as its own sequence.
+
+Images (a vision-language policy, ``vision``): a message's image parts (``{"type": "image",
+"sha256": ...}``, pixels in ``images``) render as the template's placeholder, and each placeholder
+of a delta is written as the model's processor expands it (``policies.vision``), untrainable, its
+place kept in ``image_spans``. Text and images are encoded piece by piece around the placeholders,
+which is what the processor's own tokenization gives since a placeholder is a special token.
+``prompt_images`` hands the engine the current segment's images with their places.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from policies.thought import ReasoningFormat, reasoning_mask, reasoning_spans
-from policies.types import Generation
+from policies.types import Generation, PromptImage
+from policies.vision import ImageTokens, VisionError, image_bytes
+from specs.trajectory import ImageSpan
 
 
 class RecorderError(RuntimeError):
@@ -64,11 +73,13 @@ class ChatRecorder:
         end_of_turn_ids: tuple[int, ...] | None = None,
         template_kwargs: dict[str, Any] | None = None,
         reasoning_format: ReasoningFormat = "none",
+        vision: ImageTokens | None = None,
     ) -> None:
         """``end_of_turn_ids``: tokens that end a model turn (default: the tokenizer's eos);
         ``template_kwargs``: extra arguments for ``apply_chat_template`` (e.g. a template switch);
         ``reasoning_format``: how a turn marks its explicit reasoning (``policies/thought.py``),
-        recorded as the ``reasoning`` mask (``none``: no mask)."""
+        recorded as the ``reasoning`` mask (``none``: no mask); ``vision``: a vision-language
+        policy's image expansion (``None``: a text policy, image parts are refused)."""
         self._tok = tokenizer
         self._reasoning_format: ReasoningFormat = reasoning_format
         self._reasoning: list[int] = []
@@ -86,6 +97,10 @@ class ChatRecorder:
         self._segment_starts: list[int] = [0]
         self._text = ""  # the text the current segment's ids stand for
         self._awaiting_model = False
+        self.vision = vision
+        self.images: dict[str, str] = {}
+        """Every image the conversation holds, base64 by SHA-256 (the agent loop adds tool results')."""
+        self._spans: list[ImageSpan] = []
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -96,8 +111,9 @@ class ChatRecorder:
         if not messages:
             raise RecorderError("start() needs at least one message")
         self._messages = [dict(m) for m in messages]
+        order = self._image_order()
         self._text = self._render()
-        self._append(self._encode(self._text), trainable=False)
+        self._append(self._encode(self._text, order), trainable=False)
         self._awaiting_model = True
         return self.prompt_ids
 
@@ -142,14 +158,16 @@ class ChatRecorder:
             # The prompt ends with the generation prompt, which a re-rendering would not extend.
             raise RecorderError("a new context right after a prompt; expected add_model_turn() first")
         self._messages = [dict(m) for m in messages]
+        order = self._image_order()
         rendered = self._render()
         if rendered.startswith(self._text):
-            self._append(self._encode(rendered[len(self._text) :]), trainable=False)
+            seen = sum(span.start >= self._segment_starts[-1] for span in self._spans)
+            self._append(self._encode(rendered[len(self._text) :], order[seen:]), trainable=False)
         else:
             # The template rewrote earlier turns: re-tokenizing the model's span in place would
             # train on tokens it never sampled, so a fresh segment holds the new rendering.
             self._segment_starts.append(len(self._ids))
-            self._append(self._encode(rendered), trainable=False)
+            self._append(self._encode(rendered, order), trainable=False)
         self._text = rendered
         self._awaiting_model = True
         return self.prompt_ids
@@ -164,6 +182,22 @@ class ChatRecorder:
     def prompt_ids(self) -> list[int]:
         """What the model conditions on next: the current segment (all ids when there is one)."""
         return self._ids[self._segment_starts[-1] :]
+
+    def prompt_images(self) -> list[PromptImage]:
+        """The images of the next prompt (the current segment), their places relative to it."""
+        if self.vision is None:
+            return []
+        segment = self._segment_starts[-1]
+        return [
+            PromptImage(
+                data=image_bytes(self.images, span.sha256, "prompt_images"),
+                start=span.start - segment,
+                length=span.length,
+                placeholder=self.vision.placeholder_ids,
+            )
+            for span in self._spans
+            if span.start >= segment
+        ]
 
     @property
     def token_ids(self) -> list[int]:
@@ -202,6 +236,8 @@ class ChatRecorder:
             "messages": self.messages,
             "segment_starts": self.segment_starts,
             "reasoning": list(self._reasoning) if self._reasoning_format != "none" else [],
+            "images": dict(self.images),
+            "image_spans": list(self._spans),
         }
 
     # -- helpers -----------------------------------------------------------------------------
@@ -216,9 +252,46 @@ class ChatRecorder:
             )
         return text
 
-    def _encode(self, text: str) -> list[int]:
-        # The template already wrote every special token it wants; add none (no bos twice).
-        return list(self._tok.encode(text, add_special_tokens=False))
+    def _image_order(self) -> list[str]:
+        """The SHA-256 of every image part of the messages, in rendering order."""
+        order = []
+        for i, message in enumerate(self._messages):
+            content = message.get("content")
+            for part in content if isinstance(content, list) else ():
+                if isinstance(part, dict) and part.get("type") == "image":
+                    if self.vision is None:
+                        raise RecorderError(
+                            f"messages[{i}] has an image part but the policy is a text model (no vision)"
+                        )
+                    order.append(str(part.get("sha256", "")))
+        return order
+
+    def _encode(self, text: str, images: list[str]) -> list[int]:
+        """``text``'s tokens, each image placeholder in it expanded as the model's processor does
+        (``images``: the SHA-256 of those images, in order); their places go to ``image_spans``."""
+        if self.vision is None:
+            # The template already wrote every special token it wants; add none (no bos twice).
+            return list(self._tok.encode(text, add_special_tokens=False))
+        pieces = text.split(self.vision.placeholder)
+        if len(pieces) - 1 != len(images):
+            raise RecorderError(
+                f"the rendered text has {len(pieces) - 1} image placeholder(s) "
+                f"{self.vision.placeholder!r} where the messages have {len(images)} image part(s); "
+                "expected one per image part (is the placeholder escaped in tool text?)"
+            )
+        ids: list[int] = []
+        for piece, sha in zip(pieces, [*images, None], strict=True):
+            ids.extend(self._tok.encode(piece, add_special_tokens=False))
+            if sha is not None:
+                try:
+                    expanded = self.vision.expand(image_bytes(self.images, sha, "ChatRecorder"))
+                except VisionError as e:
+                    raise RecorderError(str(e)) from e
+                self._spans.append(
+                    ImageSpan(sha256=sha, start=len(self._ids) + len(ids), length=len(expanded))
+                )
+                ids.extend(expanded)
+        return ids
 
     def _decode(self, ids: list[int]) -> str:
         # Keep special tokens and skip clean-up so the text is what the ids spell, byte for byte.

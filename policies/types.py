@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from specs.trajectory import CutRecord
+from specs.trajectory import CutRecord, ImageSpan
 
 
 class SamplingConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +39,18 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     """Policy version (number of learner updates applied) that produced the turn."""
     finish_reason: Literal["stop", "length"]
+
+
+class PromptImage(msgspec.Struct, frozen=True, kw_only=True):
+    """One image of a prompt for a vision-language engine: ``prompt_ids[start : start + length]``
+    are its expanded tokens (as the model's processor writes them), ``placeholder`` the tokens the
+    processor expands (what the engine's own processor expects in their place), ``data`` the encoded
+    image (PNG, JPEG)."""
+
+    data: bytes
+    start: int
+    length: int
+    placeholder: tuple[int, ...]
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,3 +128,7 @@ class TrainSample(msgspec.Struct, frozen=True, kw_only=True):
     """Thought-MDP reasoning mask (inside ``trainable``); empty: no explicit reasoning."""
     reasoning_advantage: float = 0.0
     """Advantage from the reasoning reward family, for the reasoning tokens."""
+    images: list[ImageSpan] = msgspec.field(default_factory=list)
+    """A vision-language policy's images in this row, ``start`` relative to it, in token order."""
+    image_data: dict[str, str] = msgspec.field(default_factory=dict)
+    """Their pixels, base64 by SHA-256 (``Trajectory.images``): the learner feeds these at ``images``."""

@@ -37,6 +37,17 @@ class ImageRef(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes (decoded)."""
 
 
+class ImageSpan(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one image sits in a token stream: ``token_ids[start : start + length]`` are the tokens
+    the model's processor expanded its placeholder into (never trainable); the pixels are
+    ``Trajectory.images[sha256]``. A vision-language policy's recorder writes these; the generator
+    and the learner feed those pixels at exactly those tokens."""
+
+    sha256: str
+    start: int
+    length: int
+
+
 class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What the gateway knew about one tool call, kept in the trajectory (rewards read these,
     never the observation text)."""
@@ -155,6 +166,9 @@ class Trajectory(msgspec.Struct, kw_only=True):
     images: dict[str, str] = msgspec.field(default_factory=dict)
     """The tool results' images by SHA-256 (``ImageRef``), base64, each once however often it was
     returned; written beside the trajectories, never inlined in their JSONL (``launch.report``)."""
+    image_spans: list[ImageSpan] = msgspec.field(default_factory=list)
+    """For a vision-language policy: each image the model saw, where its tokens are, in token
+    order (an image seen in two rendering segments appears twice). Empty for a text policy."""
 
     @property
     def succeeded(self) -> bool:

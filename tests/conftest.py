@@ -34,3 +34,11 @@ def tokenizer(model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="session")
+def vlm_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small vision-language policy (``launch/build_vlm.py``) built from the demo model, once."""
+    from launch.build_vlm import build
+
+    return build(model_dir, tmp_path_factory.mktemp("vlm") / "SmolVLM-SmolLM2-135M")

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from launch.build_vlm import build
+from launch.build_vlm import CHAT_TEMPLATE
 
 TEXT = "<|im_start|>user\nWhat is on the screen? <image><|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.fixture(scope="module")
-def vlm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(model_dir, tmp_path_factory.mktemp("vlm") / "SmolVLM-SmolLM2-135M")
+@pytest.fixture
+def vlm(vlm_dir: Path) -> Path:
+    return vlm_dir
 
 
 def screenshot() -> Any:
@@ -50,6 +50,28 @@ def test_its_text_model_is_smollm2_exactly_and_an_image_is_sixteen_tokens(vlm: P
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=4, do_sample=False)
     assert out.shape[1] == inputs["input_ids"].shape[1] + 4
+
+
+def test_its_chat_template_renders_text_as_smollm2s_and_image_parts_as_the_placeholder(
+    tokenizer: Any,
+) -> None:
+    conversation = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+        {"role": "tool", "content": "x"},
+    ]
+    for messages in (conversation, conversation[1:2]):
+        assert tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, chat_template=CHAT_TEMPLATE
+        ) == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    parts = [{"type": "text", "text": "a "}, {"type": "image", "sha256": "0"}, {"type": "text", "text": " b"}]
+    text = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "tool", "content": parts}],
+        tokenize=False,
+        chat_template=CHAT_TEMPLATE,
+    )
+    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>tool\na <image> b<|im_end|>\n"
 
 
 SERVE = """
