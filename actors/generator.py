@@ -14,13 +14,19 @@ Contract of one ``generate`` call:
 - ``logprobs[i]`` is the engine's log-probability of ``token_ids[i]`` under the model's own
   distribution (vLLM's ``raw_logprobs``: before temperature and top-p, which is what the learner's
   forward pass computes), from the weights of ``version``;
+- ``images`` (a vision-language model): each ``PromptImage`` names where its expanded tokens sit
+  in ``prompt_ids``; vLLM gets the prompt with each expansion folded back to its placeholder
+  (vLLM expands token prompts itself) plus the images, and the prompt vLLM expanded must equal
+  ``prompt_ids`` token for token, or the request fails (``GeneratorError``) rather than sample
+  from a context the recording does not hold;
 - temperature 0 is greedy. No per-request seed is sent (with ``n > 1`` it kills the CPU engine);
   the engine-wide ``seed`` makes runs repeatable.
 
 ``update_weights(version, path)`` reloads a learner export in place between requests: it holds new
 requests back, waits for those in flight to finish (one turn each, so an episode pauses at most a
 turn; ``drain_timeout_s`` bounds the wait), reloads, resets the prefix cache (its KV entries were
-computed by the old weights) and lets the held requests go. A turn is therefore always sampled by
+computed by the old weights) and, for a vision-language model, the encoder cache (its image
+features too), and lets the held requests go. A turn is therefore always sampled by
 one policy version, the one it reports; async placement updates weights while episodes run.
 
 Importing this module imports neither vLLM, torch nor Ray: they load inside ``VllmEngine`` and
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
@@ -38,7 +45,7 @@ import msgspec
 
 from actors.vllm_worker import WORKER_EXTENSION, check_update_file, checkpoint_names
 from policies.engine import Engine
-from policies.types import Generation, SamplingConfig
+from policies.types import Generation, PromptImage, SamplingConfig
 from specs.errors import MCPRLError
 
 if TYPE_CHECKING:
@@ -123,7 +130,12 @@ class VllmEngine:
         seed: int = 0,
         request_timeout_s: float = 600.0,
         sleep_mode: bool = False,
+        max_images_per_prompt: int = 8,
     ) -> None:
+        """``max_images_per_prompt``: vLLM's ``limit_mm_per_prompt`` for a vision-language model
+        (ignored for a text one)."""
+        from policies.vision import is_multimodal
+
         self.version = 0
         self.model_path = model_path
         self.max_model_len = max_model_len
@@ -153,6 +165,9 @@ class VllmEngine:
             if self.device == "cuda"
             else {"kv_cache_memory_bytes": kv_cache_gib * 2**30}
         )
+        self.multimodal = is_multimodal(model_path)
+        if self.multimodal:
+            memory["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
         args = AsyncEngineArgs(
             model=model_path,
             dtype=dtype,
@@ -167,9 +182,10 @@ class VllmEngine:
         )
         self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         """Sample one turn for ``prompt_ids``; see the module docstring for the exact contract."""
-        from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         while self._held is not None:  # a weight update is draining or loading: wait for it
@@ -195,19 +211,20 @@ class VllmEngine:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
         request_id = f"mcprl-{uuid.uuid4().hex}"
+        prompt = self._prompt(request_id, prompt_ids, images)
         version = self.version
         self._enter()
         try:
             final = None
             with anyio.fail_after(self._timeout_s):
-                async for output in llm.generate(
-                    TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id
-                ):
+                async for output in llm.generate(prompt, params, request_id):
                     final = output
         finally:
             self._leave()
         if final is None or not final.outputs:
             raise GeneratorError(f"request {request_id} finished without an output")
+        if images:
+            check_expansion(request_id, prompt_ids, final.prompt_token_ids)
         completion = final.outputs[0]
         token_ids = list(completion.token_ids)
         logprobs = _sampled_logprobs(request_id, token_ids, completion.logprobs)
@@ -221,6 +238,28 @@ class VllmEngine:
         self._counts["prompt_tokens"] += len(prompt_ids)
         self._counts["generated_tokens"] += len(token_ids)
         return Generation(token_ids=token_ids, logprobs=logprobs, version=version, finish_reason=finish)
+
+    def _prompt(self, request_id: str, prompt_ids: list[int], images: Sequence[PromptImage]) -> Any:
+        """vLLM's input: the token prompt, with each image folded back to its placeholder and the
+        images as multimodal data."""
+        from vllm.inputs import TokensPrompt
+
+        if not images:
+            return TokensPrompt(prompt_token_ids=list(prompt_ids))
+        if not self.multimodal:
+            raise GeneratorError(
+                f"request {request_id}: {len(images)} image(s) for the text model {self.model_path}"
+            )
+        from policies.vision import VisionError, decode_image
+
+        folded = fold_images(request_id, prompt_ids, images)
+        try:
+            pixels = [
+                decode_image(image.data, f"request {request_id}: image {k}") for k, image in enumerate(images)
+            ]
+        except VisionError as e:
+            raise GeneratorError(str(e)) from e
+        return TokensPrompt(prompt_token_ids=folded, multi_modal_data={"image": pixels})
 
     async def update_weights(self, version: int, path: str, drain_timeout_s: float | None = None) -> None:
         """Load the learner's export at ``path`` in place and serve it as policy ``version``, once
@@ -260,6 +299,8 @@ class VllmEngine:
             with anyio.fail_after(self._timeout_s):
                 reports = await llm.collective_rpc("mcprl_reload_weights", args=(path,))
                 reset = await llm.reset_prefix_cache()
+                if self.multimodal:  # its image features were computed by the old vision weights
+                    await llm.reset_encoder_cache()
         except Exception as exc:  # vLLM hands worker failures back as plain Exception
             self._broken = f"update to version {version} from {path} failed part-way: {exc}"
             raise WeightUpdateError(self._broken) from exc
@@ -346,6 +387,35 @@ class VllmEngine:
         return now
 
 
+def fold_images(request_id: str, prompt_ids: list[int], images: Sequence[PromptImage]) -> list[int]:
+    """``prompt_ids`` with each image's expanded tokens folded back to its placeholder (what vLLM
+    expands itself); ``GeneratorError`` for images out of order or out of the prompt."""
+    folded: list[int] = []
+    at = 0
+    for k, image in enumerate(images):
+        if image.start < at or image.length < 1 or image.start + image.length > len(prompt_ids):
+            raise GeneratorError(
+                f"request {request_id}: image {k} at tokens [{image.start}, {image.start + image.length}) "
+                f"overlaps the previous one, is empty or runs past the {len(prompt_ids)}-token prompt"
+            )
+        folded += [*prompt_ids[at : image.start], *image.placeholder]
+        at = image.start + image.length
+    return folded + prompt_ids[at:]
+
+
+def check_expansion(request_id: str, recorded: list[int], expanded: Any) -> None:
+    """Refuse a turn whose prompt vLLM expanded otherwise than the recorder did (the model's processor)."""
+    expanded = list(expanded or [])
+    if expanded != list(recorded):
+        first = next((i for i, (a, b) in enumerate(zip(expanded, recorded, strict=False)) if a != b), None)
+        first = min(len(expanded), len(recorded)) if first is None else first
+        raise GeneratorError(
+            f"request {request_id}: vLLM expanded the images into a {len(expanded)}-token prompt, the "
+            f"recorder into {len(recorded)} tokens (first difference at {first}); the model's processor "
+            "and vLLM's disagree, so the turn's context is not the recorded one"
+        )
+
+
 def _sampled_logprobs(request_id: str, token_ids: list[int], flat: Any) -> list[float]:
     """The sampled token's logprob at each position of vLLM's ``FlatLogprobs`` (``logprobs=0``)."""
     if flat is None or len(flat) != len(token_ids):
@@ -369,8 +439,10 @@ class GeneratorActor:
         # vLLM's start-up lines go to the run's log with the rest of the actor's output (launch.console)
         self._engine = VllmEngine(**engine_kwargs)
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
-        return await self._engine.generate(prompt_ids, sampling)
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
+        return await self._engine.generate(prompt_ids, sampling, images)
 
     async def update_weights(self, version: int, path: str, drain_timeout_s: float | None = None) -> None:
         await self._engine.update_weights(version, path, drain_timeout_s)

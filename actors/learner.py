@@ -2,7 +2,10 @@
 
 Contract (what the driver and the Generator rely on):
 
-- ``Learner(model_path, cfg, algo, dtype=..., seed=...)`` loads the model directory in ``dtype``.
+- ``Learner(model_path, cfg, algo, dtype=..., seed=...)`` loads the model directory in ``dtype``:
+  a causal LM, or a vision-language model (``policies.vision.is_multimodal``: HF's
+  ``AutoModelForImageTextToText``), whose samples' images go through its forward as the model's
+  own processor turns them into pixels (``actors.learner_batch.collate``).
 - ``train_step(samples)`` and ``sft_step(samples)`` each apply exactly ONE optimizer update and
   increment ``version``. The step's samples are checked and cut into micro-batches of
   ``cfg.micro_batch_size`` right-padded sequences (``actors.learner_batch``); every micro-batch's
@@ -70,7 +73,9 @@ class Learner:
 
         import deepspeed
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+        from policies.vision import load_vision
 
         if dtype not in _DTYPES:
             raise LearnerError(f"Learner: dtype {dtype!r} for {model_path}; expected one of {_DTYPES}")
@@ -82,10 +87,13 @@ class Learner:
         self._version = 0
         torch.manual_seed(seed)
         torch_dtype = getattr(torch, dtype)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype)
+        self._vision = load_vision(model_path)
+        auto = AutoModelForCausalLM if self._vision is None else AutoModelForImageTextToText
+        model = auto.from_pretrained(model_path, dtype=torch_dtype)
         model.config.use_cache = False
-        self.max_seq_len: int | None = getattr(model.config, "max_position_embeddings", None)
-        self.vocab_size = int(model.config.vocab_size)
+        text_config = model.config.get_text_config()
+        self.max_seq_len: int | None = getattr(text_config, "max_position_embeddings", None)
+        self.vocab_size = int(text_config.vocab_size)
         if cfg.gradient_checkpointing:
             # Non-reentrant checkpointing needs no requires_grad on the inputs and works under ZeRO.
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -144,10 +152,11 @@ class Learner:
             max_seq_len=self.max_seq_len,
             vocab_size=self.vocab_size,
             scored=scored,
+            multimodal=self._vision is not None,
         )
 
     def _collate(self, samples: Sequence[TrainSample]) -> Batch:
-        return collate(samples, self.algo.attribution, self._engine.device)
+        return collate(samples, self.algo.attribution, self._engine.device, self._vision)
 
     def _policy(self, batch: Batch) -> torch.Tensor:
         return forward_logprobs(self._engine, batch)

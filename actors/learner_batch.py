@@ -4,21 +4,25 @@ Contract:
 
 - ``validate`` refuses, naming the sample and what was expected, a sample that cannot be batched
   (token ids, trainable flags and logprobs of unequal or zero length, longer than the model takes,
-  ids outside its vocabulary) or, when ``scored``, trained on (a trainable token 0 has no prefix).
+  ids outside its vocabulary, images out of place, without pixels, on trainable tokens or given to a
+  text model) or, when ``scored``, trained on (a trainable token 0 has no prefix).
 - ``collate`` right-pads to the longest sequence of the micro-batch. Pads are masked out of
   attention (``attn``) and of the loss (``mask``); ``old`` holds the rollout logprobs; each reward
   family's sequence advantage is broadcast over its own tokens (paper 000, eqs. 9-10; a sample's
   ``token_advantages``, when given, replace the tool family's broadcast):
   ``integrated`` attribution puts both on every trainable token, ``masked`` puts the reasoning
-  advantage on the reasoning tokens and the tool advantage on the others.
+  advantage on the reasoning tokens and the tool advantage on the others. A vision-language
+  model's images (``vision``) add the processor's pixel tensors (``pixel_values``, ...) for all
+  images of the micro-batch in token order, which the model's forward takes (``model_inputs``).
 
 Importing this module imports torch only for type checking (the learner module stays instant).
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from policies.types import TrainSample
 from specs.errors import MCPRLError
@@ -28,7 +32,14 @@ if TYPE_CHECKING:
 
 Batch = dict[str, "torch.Tensor"]
 """A collated micro-batch: ``ids``, ``attn``, ``mask``, ``old``, ``adv_reasoning``, ``adv_tool``,
-``seq`` (each token's sequence within its row)."""
+``seq`` (each token's sequence within its row), and a vision-language model's pixel tensors."""
+PIXEL_KEYS = ("pixel_values", "pixel_attention_mask", "image_grid_thw")
+"""The image processor's outputs a vision-language model's forward takes (Idefics3, Qwen2-VL)."""
+
+
+def model_inputs(batch: Batch) -> dict[str, torch.Tensor]:
+    """The batch's pixel tensors, as the model's forward names them (none for a text batch)."""
+    return {k: batch[k] for k in PIXEL_KEYS if k in batch}
 
 
 class LearnerError(MCPRLError):
@@ -49,9 +60,11 @@ def validate(
     max_seq_len: int | None,
     vocab_size: int,
     scored: bool = True,
+    multimodal: bool = False,
 ) -> None:
     """Refuse, naming the sample, what cannot be batched (or, when ``scored``, trained on)."""
     for i, s in enumerate(samples):
+        _validate_images(s, f"{where}: sample {i}", model_path, multimodal)
         n = len(s.token_ids)
         if n == 0 or len(s.trainable) != n or len(s.logprobs) != n:
             raise LearnerError(
@@ -81,6 +94,23 @@ def validate(
             )
 
 
+def _validate_images(s: TrainSample, where: str, model_path: str, multimodal: bool) -> None:
+    if s.images and not multimodal:
+        raise LearnerError(f"{where} has {len(s.images)} image(s) but {model_path} is a text model")
+    end = 0
+    for k, span in enumerate(s.images):
+        if span.start < end or span.start + span.length > len(s.token_ids):
+            raise LearnerError(
+                f"{where}: image {k} at tokens [{span.start}, {span.start + span.length}) overlaps the "
+                f"previous one or runs past the sample's {len(s.token_ids)} tokens"
+            )
+        if any(s.trainable[span.start : span.start + span.length]):
+            raise LearnerError(f"{where}: image {k}'s tokens are marked trainable; image tokens never are")
+        if span.sha256 not in s.image_data:
+            raise LearnerError(f"{where}: image {k} ({span.sha256[:12]}...) has no pixels in image_data")
+        end = span.start + span.length
+
+
 def sequence_count(samples: Sequence[TrainSample]) -> int:
     """How many sequences ``samples`` hold that have a trainable token (what the seq-mean losses
     divide by): a row's distinct ``sequences`` indices among its trainable tokens, else one."""
@@ -94,9 +124,13 @@ def sequence_count(samples: Sequence[TrainSample]) -> int:
 
 
 def collate(
-    samples: Sequence[TrainSample], attribution: Literal["integrated", "masked"], device: torch.device
+    samples: Sequence[TrainSample],
+    attribution: Literal["integrated", "masked"],
+    device: torch.device,
+    vision: Any = None,
 ) -> Batch:
-    """Right-pad ``samples`` into one micro-batch on ``device`` (see the module docstring)."""
+    """Right-pad ``samples`` into one micro-batch on ``device`` (see the module docstring);
+    ``vision``: a ``policies.vision.ProcessorVision`` for a vision-language model's images."""
     import torch
 
     width = max(len(s.token_ids) for s in samples)
@@ -136,4 +170,11 @@ def collate(
         "adv_tool": adv_tool * action_tokens,
         "seq": sequences,
     }
+    images = [base64.b64decode(s.image_data[span.sha256]) for s in samples for span in s.images]
+    if images:
+        if vision is None:
+            raise LearnerError(
+                f"a micro-batch with {len(images)} image(s) and no vision processor to read them"
+            )
+        tensors |= {k: v for k, v in vision.pixels(images).items() if k in PIXEL_KEYS}
     return {k: v.to(device) for k, v in tensors.items()}

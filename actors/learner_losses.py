@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actors.learner_batch import Batch
+from actors.learner_batch import Batch, model_inputs
 
 if TYPE_CHECKING:
     import torch
@@ -36,18 +36,18 @@ def forward_logprobs(model: Any, batch: Batch, *, every_token: bool = False) -> 
     row (``policies.losses.predicting_positions``, HF's ``logits_to_keep``), which for an agent
     whose context is mostly prompt and observations is most of the logits' memory and time.
     ``every_token`` (or a model that does not take ``logits_to_keep``): every token's logprob
-    (position 0 gets 0.0)."""
+    (position 0 gets 0.0). A vision-language model also gets the batch's pixel tensors."""
     from policies.losses import predicting_positions, token_logprobs, token_logprobs_at
 
-    ids, attn = batch["ids"], batch["attn"]
+    ids, attn, pixels = batch["ids"], batch["attn"], model_inputs(batch)
     if not every_token and _keeps_logits(model):
         positions = predicting_positions(batch["mask"])
         if positions.numel():
             logits = model(
-                input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=positions
+                input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=positions, **pixels
             ).logits
             return token_logprobs_at(logits, ids, positions)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False, **pixels).logits
     return token_logprobs(logits, ids)
 
 

@@ -155,6 +155,7 @@ def start_actors(
             gpu_memory_utilization=cfg.generator.gpu_memory_utilization,
             seed=cfg.seed,
             sleep_mode=plan.sleep_while_training,
+            max_images_per_prompt=cfg.rollout.max_episode_images or 8,
         )
         handles.append(remote)
         # The supervisor reads the latest published weights when it re-syncs, long after this returns.

@@ -16,12 +16,12 @@ serves policy version 0. ``SupervisedGenerator`` is the ``GeneratorHandle`` (and
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import anyio
 
 from actors.generator import GeneratorHandle, GeneratorStats
-from policies.types import Generation, SamplingConfig
+from policies.types import Generation, PromptImage, SamplingConfig
 from specs.errors import MCPRLError
 
 logger = logging.getLogger(__name__)
@@ -64,12 +64,14 @@ class SupervisedGenerator:
         self._synced = 0
         self.restarts = 0
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         """One turn; raises ``GeneratorRestarted`` when the generator died during it (module docstring)."""
         await self._wait_synced()
         seen = self._deaths
         try:
-            return await self._proxy.generate(prompt_ids, sampling)
+            return await self._proxy.generate(prompt_ids, sampling, images)
         except Exception as e:
             if not self._is_death(e):
                 raise

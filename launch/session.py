@@ -25,6 +25,7 @@ from policies.react import DEFAULT_SYSTEM_PROMPT, EpisodeLimits
 from policies.thought import THINK_INSTRUCTIONS
 from policies.tokens import ChatRecorder
 from policies.types import SamplingConfig
+from policies.vision import load_vision
 from specs.config import RunConfig
 from specs.env import EnvConfig
 from specs.servers import load_server_registries
@@ -63,6 +64,8 @@ class Session:
         self.sampling = SamplingConfig(
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, stop_token_ids=stop_ids
         )
+        self.vision = load_vision(cfg.model.path)
+        """A vision-language policy's image expansion (``None``: a text policy)."""
         self.limits = episode_limits(cfg)
         self.eval_limits = episode_limits(cfg, cfg.eval_max_turns)
         self.domain_of: dict[str, str] = {}
@@ -79,7 +82,9 @@ class Session:
 
     def recorder(self) -> ChatRecorder:
         """A fresh recorder for one episode (and for replaying one: ``policies.replay``)."""
-        return ChatRecorder(self.tokenizer, reasoning_format=self.cfg.rollout.reasoning_format)
+        return ChatRecorder(
+            self.tokenizer, reasoning_format=self.cfg.rollout.reasoning_format, vision=self.vision
+        )
 
     def pipeline(
         self, engine_for: Callable[[TaskSpec], Engine] | None = None, *, evaluation: bool = False

@@ -9,13 +9,18 @@ The agent loop (``policies.react``) drives anything with this method: the vLLM g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from policies.types import Generation, SamplingConfig
+from policies.types import Generation, PromptImage, SamplingConfig
 
 
 @runtime_checkable
 class Engine(Protocol):
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
-        """Sample one turn continuing ``prompt_ids``; the tokens exactly as sampled, with logprobs."""
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
+        """Sample one turn continuing ``prompt_ids``; the tokens exactly as sampled, with logprobs.
+        ``images``: a vision-language policy's images in the prompt, each where its expanded
+        tokens sit in ``prompt_ids`` (``PromptImage``); a text engine gets none."""
         ...

@@ -11,10 +11,10 @@ A ``respond`` function is domain logic, named in the run config by import string
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from policies.types import Generation, SamplingConfig
+from policies.types import Generation, PromptImage, SamplingConfig
 
 Respond = Callable[[Any, str], str]
 """``respond(task, conversation_text) -> next assistant message``."""
@@ -30,7 +30,9 @@ class ScriptedEngine:
         self.version = version
         self.calls = 0
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         conversation = self._tokenizer.decode(prompt_ids, skip_special_tokens=False)
         text = self._respond(self._task, conversation)
         ids = list(self._tokenizer.encode(text, add_special_tokens=False))

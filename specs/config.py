@@ -100,11 +100,13 @@ class RolloutConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``launch/eval.py``; ``null``: every observation in full."""
     keep_images: bool = False
     """Keep the images tool results return (screenshots) in the trajectories, by hash
-    (``ToolCallRecord.images``, files in ``trajectories/images/``); the model reads a placeholder
-    for each. Off: the gateway drops them for a placeholder that says so."""
+    (``ToolCallRecord.images``, files in ``trajectories/images/``). A vision-language policy (a
+    ``model.path`` whose config has a ``vision_config``) sees them as images; a text policy reads a
+    placeholder for each. Off: the gateway drops them for a placeholder that says so."""
     max_episode_images: int | None = None
     """With ``keep_images``: the images kept per episode; later ones are placeholders that say the
-    episode's cap is reached (the gateway also keeps at most 4 per result). ``null``: no cap."""
+    episode's cap is reached (the gateway also keeps at most 4 per result). ``null``: no cap. A
+    vision-language policy's engine takes this many images per prompt (8 when ``null``)."""
 
     def gateway_options(self) -> dict[str, object]:
         """The per-episode options of ``McpGateway.open``."""

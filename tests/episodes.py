@@ -46,7 +46,7 @@ from policies.engine import Engine
 from policies.replay import check_replay, turn_tokens
 from policies.scripted import ScriptedEngine
 from policies.tokens import ChatRecorder
-from policies.types import Generation, SamplingConfig
+from policies.types import Generation, PromptImage, SamplingConfig
 from specs.config import RunConfig, load_run_config
 from specs.registry import resolve_import
 from specs.scoring import scoring_for
@@ -84,7 +84,9 @@ class RecordedEngine:
         ]
         self._next = 0
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         if self._next >= len(self._turns):
             raise RuntimeError(f"the recording has {len(self._turns)} model turns; a turn more was asked for")
         ids, logprobs, version = self._turns[self._next]

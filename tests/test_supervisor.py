@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Sequence
 
 import anyio
 import pytest
 from ray.exceptions import RayActorError
 
 from actors.supervisor import GeneratorRestarted, GeneratorUnavailable, SupervisedGenerator
-from policies.types import Generation, SamplingConfig
+from policies.types import Generation, PromptImage, SamplingConfig
 
 pytestmark = pytest.mark.anyio
 SAMPLING = SamplingConfig(temperature=0.0)
@@ -38,7 +39,9 @@ class DyingGenerator:
             self.alive, self.version = True, 0  # the restarted process loaded the base weights
         raise RayActorError()
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         self._check()
         if prompt_ids == [0]:  # a long turn, in flight when the process dies
             await self.hold.wait()
@@ -100,7 +103,9 @@ async def test_before_any_update_a_restart_serves_the_base_weights() -> None:
 
 async def test_other_errors_pass_through_and_a_generator_that_stays_dead_is_reported() -> None:
     class Broken(DyingGenerator):
-        async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+        async def generate(
+            self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+        ) -> Generation:
             raise ValueError("prompt too long")
 
     with pytest.raises(ValueError, match="prompt too long"):
@@ -121,7 +126,9 @@ class EchoGenerator:
         self.version = 0
         self.in_flight = asyncio.Event()
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         if prompt_ids == [0]:
             self.in_flight.set()
             await asyncio.Event().wait()

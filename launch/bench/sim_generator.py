@@ -43,7 +43,7 @@ from actors.generator import GeneratorError, GeneratorStats
 from policies.chat import format_tool_call
 from policies.throughput import saturation_rate, step_time
 from policies.tokens import ChatTokenizer
-from policies.types import Generation, SamplingConfig, ToolCall
+from policies.types import Generation, PromptImage, SamplingConfig, ToolCall
 
 Script = Callable[[list[int]], list[int]]
 
@@ -107,7 +107,9 @@ class SimulatedGenerator:
 
     # -- the Engine interface -------------------------------------------------------------------
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         if self._down is not None:
             raise GeneratorDown(f"simulated engine is down: {self._down}")
         tokens = list(self._script(prompt_ids))
@@ -285,12 +287,14 @@ class EpisodeEngine:
     def version(self) -> int:
         return self._sim.version
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingConfig) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
+    ) -> Generation:
         last = self._script.turn_index(prompt_ids) >= self._script.turns - 1
         called = time.perf_counter()
         self._first = called if self._first is None else self._first
         try:
-            generation = await self._sim.generate(prompt_ids, sampling)
+            generation = await self._sim.generate(prompt_ids, sampling, images)
         except GeneratorDown:
             self._lost["generator"] = self._lost.get("generator", 0) + 1
             raise
