@@ -37,8 +37,15 @@ def tokenizer(model_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
-def vlm_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built_vlm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The small vision-language policy (``launch/build_vlm.py``) built from the demo model, once."""
     from launch.build_vlm import build
 
     return build(model_dir, tmp_path_factory.mktemp("vlm") / "SmolVLM-SmolLM2-135M")
+
+
+@pytest.fixture(scope="session")
+def vlm_dir(built_vlm: Path) -> Path:
+    """The vision-language policy the vision tests run: ``built_vlm``, or ``MCPRL_TEST_VLM=<model
+    dir>`` (a real VLM by path, e.g. on a GPU machine)."""
+    return Path(os.environ.get("MCPRL_TEST_VLM") or built_vlm)

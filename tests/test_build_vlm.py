@@ -18,8 +18,8 @@ TEXT = "<|im_start|>user\nWhat is on the screen? <image><|im_end|>\n<|im_start|>
 
 
 @pytest.fixture
-def vlm(vlm_dir: Path) -> Path:
-    return vlm_dir
+def vlm(built_vlm: Path) -> Path:
+    return built_vlm
 
 
 def screenshot() -> Any:

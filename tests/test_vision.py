@@ -57,9 +57,11 @@ def test_a_model_directory_is_multimodal_when_its_config_has_a_vision_config(
     vlm_dir: Path, model_dir: Path
 ) -> None:
     assert is_multimodal(vlm_dir) and not is_multimodal(model_dir)
+    assert not is_multimodal(model_dir / "missing")
 
 
-def test_an_image_becomes_the_processors_tokens_around_the_placeholder(vision: ProcessorVision) -> None:
+def test_an_image_becomes_the_processors_tokens_around_the_placeholder(built_vlm: Path) -> None:
+    vision = ProcessorVision(built_vlm)
     ids = vision.expand(png((200, 30, 30)))
     text = vision.processor.tokenizer.decode(ids)
     assert text == "<fake_token_around_image><global-img>" + "<image>" * 16 + "<fake_token_around_image>"
