@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from policies.types import TrainSample
 from specs.errors import MCPRLError
 
 if TYPE_CHECKING:
     import torch
+
+    from policies.vision import ProcessorVision
 
 Batch = dict[str, "torch.Tensor"]
 """A collated micro-batch: ``ids``, ``attn``, ``mask``, ``old``, ``adv_reasoning``, ``adv_tool``,
@@ -127,10 +129,10 @@ def collate(
     samples: Sequence[TrainSample],
     attribution: Literal["integrated", "masked"],
     device: torch.device,
-    vision: Any = None,
+    vision: ProcessorVision | None = None,
 ) -> Batch:
     """Right-pad ``samples`` into one micro-batch on ``device`` (see the module docstring);
-    ``vision``: a ``policies.vision.ProcessorVision`` for a vision-language model's images."""
+    ``vision``: the model's processor, for a vision-language model's images."""
     import torch
 
     width = max(len(s.token_ids) for s in samples)
