@@ -3,7 +3,8 @@
 ``rl_samples`` turns complete groups into GRPO samples (group-normalised advantage per trajectory),
 ``adoption_samples`` into tool-adoption step samples, ``demonstration_samples`` turns expert
 trajectories into supervised samples. All keep the trajectory's tokens, masks, rollout logprobs and
-images (a vision-language policy's, each where its tokens sit in the sample's row) exactly as recorded, and read rewards from the trajectory's typed ``Score`` only
+images (a vision-language policy's, each where its tokens sit in the sample's row) exactly as
+recorded, and read rewards from the trajectory's typed ``Score`` only
 (``specs.trajectory``): a reward family the Evaluator did not compute is refused, never read as 0.
 """
 

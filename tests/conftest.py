@@ -49,3 +49,19 @@ def vlm_dir(built_vlm: Path) -> Path:
     """The vision-language policy the vision tests run: ``built_vlm``, or ``MCPRL_TEST_VLM=<model
     dir>`` (a real VLM by path, e.g. on a GPU machine)."""
     return Path(os.environ.get("MCPRL_TEST_VLM") or built_vlm)
+
+
+@pytest.fixture(scope="session")
+def vision(vlm_dir: Path) -> Any:
+    """The vision tests' model's image expansion and pixels (``policies.vision.ProcessorVision``)."""
+    from policies.vision import ProcessorVision
+
+    return ProcessorVision(vlm_dir)
+
+
+@pytest.fixture(scope="session")
+def vlm_tokenizer(vlm_dir: Path) -> Any:
+    """The vision tests' model's tokenizer (its chat template renders image parts)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(vlm_dir)

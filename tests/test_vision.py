@@ -41,18 +41,6 @@ def png(color: tuple[int, int, int], size: tuple[int, int] = (320, 200)) -> byte
     return out.getvalue()
 
 
-@pytest.fixture(scope="module")
-def vision(vlm_dir: Path) -> ProcessorVision:
-    return ProcessorVision(vlm_dir)
-
-
-@pytest.fixture(scope="module")
-def vlm_tokenizer(vlm_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(vlm_dir)
-
-
 def test_a_model_directory_is_multimodal_when_its_config_has_a_vision_config(
     vlm_dir: Path, model_dir: Path
 ) -> None:

@@ -57,18 +57,6 @@ async def engine(vlm_dir: Path) -> AsyncIterator[Any]:
     await engine.shutdown()
 
 
-@pytest.fixture(scope="module")
-def vision(vlm_dir: Path) -> ProcessorVision:
-    return ProcessorVision(vlm_dir)
-
-
-@pytest.fixture(scope="module")
-def vlm_tokenizer(vlm_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(vlm_dir)
-
-
 def png(color: tuple[int, int, int], size: tuple[int, int] = (480, 320)) -> bytes:
     from PIL import Image, ImageDraw
 
