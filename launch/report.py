@@ -14,6 +14,7 @@ import base64
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -64,6 +65,30 @@ def write_images(folder: str, t: Trajectory) -> None:
             os.replace(tmp, path)  # whole or absent, whoever writes it first
 
 
+class LogProgress:
+    """Progress where no terminal shows a bar (a Ray job's log, output to a file): a line
+    ``<description>: <done>/<total> after <m>m<ss>s`` once ``every_s`` has passed since the last,
+    and a last one at the end if any was printed; work shorter than ``every_s`` prints nothing."""
+
+    def __init__(
+        self, description: str, total: int, clock: Callable[[], float], every_s: float = 60.0
+    ) -> None:
+        self.description, self.total, self.clock, self.every_s = description, total, clock, every_s
+        self.done, self.printed = 0, False
+        self.start = self.last = clock()
+
+    def __call__(self, *_: Any, n: int = 1) -> None:
+        self.done += n
+        now = self.clock()
+        if now - self.last >= self.every_s or (self.printed and self.done >= self.total):
+            elapsed = int(now - self.start)
+            print(
+                f"{self.description}: {self.done}/{self.total} after {elapsed // 60}m{elapsed % 60:02d}s",
+                flush=True,
+            )
+            self.last, self.printed = now, True
+
+
 class Reporter:
     def __init__(self, cfg: RunConfig, run_id: str) -> None:
         self.run_dir = cfg.run_dir
@@ -89,6 +114,7 @@ class Reporter:
             self._wandb.define_metric("*", step_metric="step")
         self._header_printed = False
         self._bars: Any = None  # the terminal's one live display of progress bars, while shown
+        self.clock: Callable[[], float] = time.monotonic
 
     def log(self, phase: str, step: int, metrics: Mapping[str, float]) -> None:
         widths = [max(len(header), len(fmt.format(0.0))) for _, header, fmt in COLUMNS]
@@ -124,15 +150,12 @@ class Reporter:
 
     @contextlib.contextmanager
     def progress(self, description: str, total: int) -> Iterator[Callable[..., None]]:
-        """A progress bar on a terminal (nothing in a job log); yields ``advance(n=1)``. Bars opened
+        """A progress bar on a terminal (a ``LogProgress`` line a minute in a job log); yields
+        ``advance(n=1)``. Bars opened
         while another is shown (an eval inside the RL steps, curation while a step samples) join
         the same display: a terminal has one live display."""
         if not sys.stdout.isatty():
-
-            def ignore(*_: Any, n: int = 1) -> None:
-                pass
-
-            yield ignore
+            yield LogProgress(description, total, self.clock)
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

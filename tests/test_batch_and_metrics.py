@@ -119,6 +119,26 @@ def test_progress_bars_opened_inside_another_share_the_terminal_display(
     reporter.close()
 
 
+def test_progress_in_a_job_log_is_a_line_a_minute_and_nothing_for_short_work(capsys: Any) -> None:
+    from launch.report import LogProgress
+
+    now = [0.0]
+    quick = LogProgress("eval", 3, lambda: now[0])
+    for _ in range(3):
+        now[0] += 10.0
+        quick()
+    assert capsys.readouterr().out == ""  # 30 s of work: nothing
+    now[0] = 0.0
+    slow = LogProgress("curation profile", 96, lambda: now[0])
+    for seconds in (30.0, 61.0, 100.0, 125.0):
+        now[0] = seconds
+        slow(n=24)
+    assert capsys.readouterr().out.splitlines() == [
+        "curation profile: 48/96 after 1m01s",
+        "curation profile: 96/96 after 2m05s",  # the end, once a line was printed
+    ]
+
+
 def test_reporter_prints_a_row_per_phase_and_writes_trajectories(tmp_path: Any, capsys: Any) -> None:
     from launch.report import Reporter
     from specs.config import load_run_config
