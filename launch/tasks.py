@@ -27,8 +27,9 @@ class TaskStream:
         self.tasks, self._seed, self.position = list(tasks), seed, 0
 
     def take(self, n: int, keep: Callable[[TaskSpec], bool] | None = None) -> list[TaskSpec]:
+        if keep is not None and not any(keep(t) for t in self.tasks):
+            raise RuntimeError("curation left no training task inside its pass-rate band")
         out: list[TaskSpec] = []
-        skipped = 0
         while len(out) < n:
             epoch, index = divmod(self.position, len(self.tasks))
             order = list(range(len(self.tasks)))
@@ -37,9 +38,6 @@ class TaskStream:
             self.position += 1
             if keep is None or keep(task):
                 out.append(task)
-                skipped = 0
-            elif (skipped := skipped + 1) >= len(self.tasks):
-                raise RuntimeError("curation left no training task inside its pass-rate band")
         return out
 
 
@@ -79,7 +77,10 @@ class CuratedTasks:
             outcomes = [t.succeeded for t in group.trajectories if t.status == "ok"]
             if len(outcomes) == samples:  # a group that lost a member says nothing
                 self.curator.update(group.task_id, outcomes)
+        trajectories = [t for group in groups for t in group.trajectories]
+        s.reporter.write_trajectories(f"curation_{step:04d}", trajectories, s.tokenizer)
         kept = self.curator.trainable([t.instance_id for t in tasks])
         s.reporter.log("curation", step, {"tasks": float(len(tasks)), "kept": float(len(kept))})
         band = s.cfg.train.curation_band
-        print(f"curation: {len(kept)} of {len(tasks)} tasks have a pass rate in {band}", flush=True)
+        rates = ", ".join(f"{task_id} {self.curator.pass_rate(task_id):.2f}" for task_id in kept)
+        print(f"curation: {len(kept)} of {len(tasks)} tasks have a pass rate in {band}: {rates}", flush=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -96,6 +97,63 @@ def test_a_curated_task_stream_skips_refused_tasks_in_the_same_order_and_says_wh
     assert even == [t for t in everything if t % 2 == 0]
     with pytest.raises(RuntimeError, match="no training task"):
         TaskStream(tasks, seed=3).take(1, keep=lambda t: False)
+
+
+def test_curation_profiles_every_task_keeps_those_inside_the_band_and_shows_them(
+    tmp_path: Any, capsys: Any
+) -> None:
+    import anyio
+
+    from actors.groups import Group
+    from launch.report import Reporter
+    from launch.tasks import CuratedTasks
+
+    outcomes = {"mixed": [1.0, 0.0], "solved": [1.0, 1.0], "failed": [0.0, 0.0]}
+    tasks = [SimpleNamespace(instance_id=name) for name in outcomes]
+
+    class Pipeline:
+        async def collect(
+            self, tasks: Any, samples: int, sampling: Any, limits: Any, advance: Any
+        ) -> list[Group]:
+            assert samples == 2
+            advance(n=len(tasks))
+            return [
+                Group(
+                    task_id=t.instance_id,
+                    group_id=t.instance_id,
+                    trajectories=[traj(t.instance_id, r) for r in outcomes[t.instance_id]],
+                )
+                for t in tasks
+            ]
+
+    class Tok:
+        def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+            return "text"
+
+    cfg = load_run_config(
+        None,
+        [
+            f"output_dir={tmp_path}",
+            "wandb.mode=disabled",
+            "train.curation_samples=2",
+            "rollout.tasks_per_step=2",
+        ],
+    )
+    session = SimpleNamespace(
+        cfg=cfg,
+        reporter=Reporter(cfg, "run-1"),
+        tokenizer=Tok(),
+        pipeline=Pipeline,
+        sampling=None,
+        limits=None,
+    )
+    curated = CuratedTasks(cast(Any, session), TaskStream(cast(Any, tasks), seed=0))
+    anyio.run(curated.prepare, 1)
+    assert [t.instance_id for t in curated.draw(1)] == ["mixed", "mixed"]  # the only task inside (0.1, 0.9)
+    assert "curation: 1 of 3 tasks have a pass rate in (0.1, 0.9): mixed 0.50" in capsys.readouterr().out
+    written = (tmp_path / cfg.run_name / "trajectories" / "curation_0001.jsonl").read_text().splitlines()
+    assert len(written) == 6  # every profiled episode kept, as a step's are
+    session.reporter.close()
 
 
 def test_progress_bars_opened_inside_another_share_the_terminal_display(
