@@ -151,9 +151,8 @@ class Reporter:
     @contextlib.contextmanager
     def progress(self, description: str, total: int) -> Iterator[Callable[..., None]]:
         """A progress bar on a terminal (a ``LogProgress`` line a minute in a job log); yields
-        ``advance(n=1)``. Bars opened
-        while another is shown (an eval inside the RL steps, curation while a step samples) join
-        the same display: a terminal has one live display."""
+        ``advance(n=1)``. Bars opened while another is shown (an eval inside the RL steps, curation
+        while a step samples) join the same display: a terminal has one live display."""
         if not sys.stdout.isatty():
             yield LogProgress(description, total, self.clock)
             return

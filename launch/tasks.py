@@ -67,6 +67,11 @@ class CuratedTasks:
         if self.curator is not None and self.curator.due(step - 1):
             await self.profile(step)
 
+    def _rate(self, task_id: str) -> str:
+        assert self.curator is not None
+        rate = self.curator.pass_rate(task_id)
+        return "unprofiled" if rate is None else f"{rate:.2f}"  # a group that lost an episode is kept
+
     async def profile(self, step: int) -> None:
         """Each training task's pass rate over ``train.curation_samples`` sampled episodes."""
         assert self.curator is not None
@@ -82,5 +87,5 @@ class CuratedTasks:
         kept = self.curator.trainable([t.instance_id for t in tasks])
         s.reporter.log("curation", step, {"tasks": float(len(tasks)), "kept": float(len(kept))})
         band = s.cfg.train.curation_band
-        rates = ", ".join(f"{task_id} {self.curator.pass_rate(task_id):.2f}" for task_id in kept)
+        rates = ", ".join(f"{task_id} {self._rate(task_id)}" for task_id in kept)
         print(f"curation: {len(kept)} of {len(tasks)} tasks have a pass rate in {band}: {rates}", flush=True)

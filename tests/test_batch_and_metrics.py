@@ -97,6 +97,8 @@ def test_a_curated_task_stream_skips_refused_tasks_in_the_same_order_and_says_wh
     assert even == [t for t in everything if t % 2 == 0]
     with pytest.raises(RuntimeError, match="no training task"):
         TaskStream(tasks, seed=3).take(1, keep=lambda t: False)
+    # one kept task: the next one can lie almost two passes away (first in a pass, last in the next)
+    assert TaskStream(tasks, seed=3).take(20, keep=lambda t: t == 7) == [7] * 20
 
 
 def test_curation_profiles_every_task_keeps_those_inside_the_band_and_shows_them(
@@ -108,7 +110,7 @@ def test_curation_profiles_every_task_keeps_those_inside_the_band_and_shows_them
     from launch.report import Reporter
     from launch.tasks import CuratedTasks
 
-    outcomes = {"mixed": [1.0, 0.0], "solved": [1.0, 1.0], "failed": [0.0, 0.0]}
+    outcomes = {"mixed": [1.0, 0.0], "solved": [1.0, 1.0], "failed": [0.0, 0.0], "lost": [1.0, None]}
     tasks = [SimpleNamespace(instance_id=name) for name in outcomes]
 
     class Pipeline:
@@ -121,7 +123,10 @@ def test_curation_profiles_every_task_keeps_those_inside_the_band_and_shows_them
                 Group(
                     task_id=t.instance_id,
                     group_id=t.instance_id,
-                    trajectories=[traj(t.instance_id, r) for r in outcomes[t.instance_id]],
+                    trajectories=[
+                        traj(t.instance_id, r, status="ok" if r is not None else "infra_failed")
+                        for r in outcomes[t.instance_id]
+                    ],
                 )
                 for t in tasks
             ]
@@ -149,10 +154,13 @@ def test_curation_profiles_every_task_keeps_those_inside_the_band_and_shows_them
     )
     curated = CuratedTasks(cast(Any, session), TaskStream(cast(Any, tasks), seed=0))
     anyio.run(curated.prepare, 1)
-    assert [t.instance_id for t in curated.draw(1)] == ["mixed", "mixed"]  # the only task inside (0.1, 0.9)
-    assert "curation: 1 of 3 tasks have a pass rate in (0.1, 0.9): mixed 0.50" in capsys.readouterr().out
+    # inside (0.1, 0.9): "mixed"; "lost" lost an episode, so it is unprofiled and stays
+    assert {t.instance_id for t in curated.draw(1) + curated.draw(2)} == {"mixed", "lost"}
+    assert (
+        "2 of 4 tasks have a pass rate in (0.1, 0.9): mixed 0.50, lost unprofiled" in capsys.readouterr().out
+    )
     written = (tmp_path / cfg.run_name / "trajectories" / "curation_0001.jsonl").read_text().splitlines()
-    assert len(written) == 6  # every profiled episode kept, as a step's are
+    assert len(written) == 8  # every profiled episode kept, as a step's are
     session.reporter.close()
 
 
