@@ -67,20 +67,20 @@ def write_images(folder: str, t: Trajectory) -> None:
 
 class LogProgress:
     """Progress where no terminal shows a bar (a Ray job's log, output to a file): a line
-    ``<description>: <done>/<total> after <m>m<ss>s`` once ``every_s`` has passed since the last,
-    and a last one at the end if any was printed; work shorter than ``every_s`` prints nothing."""
+    ``<description>: <done>/<total> after <m>m<ss>s`` once ``EVERY_S`` has passed since the last,
+    and a last one at the end if any was printed; work shorter than ``EVERY_S`` prints nothing."""
 
-    def __init__(
-        self, description: str, total: int, clock: Callable[[], float], every_s: float = 60.0
-    ) -> None:
-        self.description, self.total, self.clock, self.every_s = description, total, clock, every_s
+    EVERY_S = 60.0
+
+    def __init__(self, description: str, total: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.description, self.total, self.clock = description, total, clock
         self.done, self.printed = 0, False
         self.start = self.last = clock()
 
     def __call__(self, *_: Any, n: int = 1) -> None:
         self.done += n
         now = self.clock()
-        if now - self.last >= self.every_s or (self.printed and self.done >= self.total):
+        if now - self.last >= self.EVERY_S or (self.printed and self.done >= self.total):
             elapsed = int(now - self.start)
             print(
                 f"{self.description}: {self.done}/{self.total} after {elapsed // 60}m{elapsed % 60:02d}s",
@@ -114,7 +114,6 @@ class Reporter:
             self._wandb.define_metric("*", step_metric="step")
         self._header_printed = False
         self._bars: Any = None  # the terminal's one live display of progress bars, while shown
-        self.clock: Callable[[], float] = time.monotonic
 
     def log(self, phase: str, step: int, metrics: Mapping[str, float]) -> None:
         widths = [max(len(header), len(fmt.format(0.0))) for _, header, fmt in COLUMNS]
@@ -154,7 +153,7 @@ class Reporter:
         ``advance(n=1)``. Bars opened while another is shown (an eval inside the RL steps, curation
         while a step samples) join the same display: a terminal has one live display."""
         if not sys.stdout.isatty():
-            yield LogProgress(description, total, self.clock)
+            yield LogProgress(description, total)
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
