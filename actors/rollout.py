@@ -7,8 +7,8 @@ the environment is released (cleanup hooks, reset for reuse or destroy if broken
 different resources, so each has its own worker count; the pool caps live environments.
 
 Groups (``group_size`` trajectories of one task) stream out as they complete. A trajectory lost
-to infrastructure (a server or environment died, the generator restarted) is run again on a fresh
-environment, up to ``retries`` times; a group that still lacks a member (or that misses its
+to infrastructure (a server or environment died, the generator restarted, the node under the
+evaluator was lost) is run again on a fresh environment, up to ``retries`` times; a group that still lacks a member (or that misses its
 ``group_timeout_s``, or whose evaluator failed) is dropped whole and counted by cause: a partial
 group is never trained. Nothing here knows about a domain.
 """
@@ -206,6 +206,8 @@ class RolloutPipeline:
             async with self._stage(self._evaluate, "evaluate"):
                 try:
                     trajectory.score = await self._evaluator.evaluate(task, trajectory, env)
+                except InfraError:  # the environment died under the evaluator (its node lost): run again
+                    raise
                 except MCPRLError as e:
                     logger.warning("evaluator failed on %s: %s", task.instance_id, e)
                     trajectory.status, trajectory.error = "eval_failed", str(e)

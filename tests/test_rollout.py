@@ -19,6 +19,7 @@ import msgspec
 import pytest
 from transformers import AutoTokenizer
 
+from actors.env_front import NodeLost
 from actors.env_pool import EnvPool
 from actors.evaluator import Evaluator
 from actors.mcp_gateway import McpGateway
@@ -159,6 +160,33 @@ async def test_a_crashing_evaluator_drops_the_whole_group_and_counts_it(
     assert groups[0].dropped == "eval_failed"
     assert all(t.score is None for t in groups[0].trajectories)
     assert pipeline.metrics.lost == {"eval_failed": 2} and pipeline.metrics.groups_dropped == 1
+
+
+class EvaluatorOnALostNode:
+    """Raises what ``EnvFront`` raises when the evaluated environment's node died, the first time."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.inner = Evaluator(("specs.domains.calculator.hooks",))
+
+    async def evaluate(self, task: Any, trajectory: Any, env: Any) -> Score:
+        self.calls += 1
+        if self.calls == 1:
+            raise NodeLost("node n1 was lost: the actor died unexpectedly")
+        return await self.inner.evaluate(task, trajectory, env)
+
+
+async def test_an_environment_lost_under_the_evaluator_is_run_again_not_dropped(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Infrastructure, not the evaluator, failed: the trajectory is retried and its group kept."""
+    monkeypatch.chdir(REPO)
+    tasks = load_tasks(DOMAIN / "tasks" / "train.json")[:1]
+    evaluator = EvaluatorOnALostNode()
+    groups, pipeline, _ = await run_pipeline(tmp_path, tokenizer, tasks, 2, evaluator=evaluator, retries=1)
+    assert groups[0].dropped is None and len(groups[0].trajectories) == 2
+    assert all(t.score is not None for t in groups[0].trajectories)
+    assert pipeline.metrics.lost == {"node_lost": 1} and pipeline.metrics.retried == 1
 
 
 async def test_a_server_that_cannot_start_fails_the_trajectory_not_the_step(
