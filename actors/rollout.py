@@ -7,10 +7,10 @@ the environment is released (cleanup hooks, reset for reuse or destroy if broken
 different resources, so each has its own worker count; the pool caps live environments.
 
 Groups (``group_size`` trajectories of one task) stream out as they complete. A trajectory lost
-to infrastructure (a server or environment died, the generator restarted, the node under the
-evaluator was lost) is run again on a fresh environment, up to ``retries`` times; a group that still lacks a member (or that misses its
-``group_timeout_s``, or whose evaluator failed) is dropped whole and counted by cause: a partial
-group is never trained. Nothing here knows about a domain.
+to infrastructure (a server or environment died, the generator restarted, the node died before
+the evaluator was done) is run again on a fresh environment, up to ``retries`` times; a group that
+still lacks a member (or that misses its ``group_timeout_s``, or whose evaluator failed) is dropped
+whole and counted by cause: a partial group is never trained. Nothing here knows about a domain.
 """
 
 from __future__ import annotations
