@@ -202,6 +202,40 @@ def test_the_report_pairs_rl_with_the_warm_start_per_task_and_seed(tmp_path):
     assert (tmp_path / "learning.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_trials_record_alone_carries_it_to_another_machine(tmp_path, monkeypatch):
+    argv = ["--quick", "--out", os.path.join("runs", "b"), "wandb.mode=disabled"]
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    bench = plan(parse_args(argv))
+    write_trial(
+        config_of(bench, "grpo-s0"),
+        {"base": [False] * 4, "warmstart": [False] * 4, "final": [True, True, False, False]},
+        [7.0],
+    )
+    line = report(bench)
+    first = json.loads(Path("runs/b/learning.json").read_text())
+    # another machine: the bench's out directory holding the trial's record and nothing else
+    record = Path("runs/b/grpo-s0", DONE).read_bytes()
+    (tmp_path / "c" / "runs" / "b" / "grpo-s0").mkdir(parents=True)
+    (tmp_path / "c" / "runs" / "b" / "grpo-s0" / DONE).write_bytes(record)
+    monkeypatch.chdir(tmp_path / "c")
+    assert report(plan(parse_args(argv))) == line
+    again = json.loads(Path("runs/b/learning.json").read_text())
+    assert again["arms"] == first["arms"] and again["arms"]["grpo"]["curve"][-1]["train_s"] == 7.0
+
+
+def test_a_damaged_record_is_named_with_its_field(tmp_path, capsys):
+    argv = ["--quick", "--out", str(tmp_path), "--report-only", "wandb.mode=disabled"]
+    cfg = config_of(plan(parse_args(argv)), "grpo-s0")
+    os.makedirs(cfg.run_dir)
+    Path(cfg.run_dir, DONE).write_text(json.dumps({"config": to_dict(cfg), "results": {"evals": 3}}))
+    assert main(argv) == 1
+    assert (
+        f"{os.path.join(cfg.run_dir, DONE)}: field results: Expected `object`, got `int`"
+        in capsys.readouterr().err
+    )
+
+
 def test_an_ablation_reports_treatment_minus_reference_in_each_metric(tmp_path, capsys):
     out = str(tmp_path)
     argv = ["--ablation", "tool_bonus", "--quick", "--out", out, "--report-only", "wandb.mode=disabled"]

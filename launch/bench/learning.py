@@ -37,21 +37,28 @@ each, with the same base overrides:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from specs.config import RunConfig, load_run_config  # noqa: E402  (no ML imports)
 from specs.errors import SpecError  # noqa: E402
 
+if TYPE_CHECKING:
+    from launch.run_results import Trial
+
 DONE = "trial.json"
 """Written into a trial's run directory once its run finished, with its config and the code it ran
 (``code_version``): the bench does not run it again while the config is the same (``finished``), and
-says so when the code has changed since."""
+says so when the code has changed since. The first report adds the trial's results (``results``,
+``recorded_trial``), so that this file alone carries a finished trial: copy ``<out>/*/trial.json``
+to another machine (or commit them) and a later command there reuses those trials and adds seeds."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +226,30 @@ def recorded_code(cfg: RunConfig) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return code if isinstance(code, str) else None
+
+
+def recorded_trial(cfg: RunConfig, arm: str, seed: int) -> Trial:
+    """A finished trial's results: those its ``trial.json`` keeps, else read from its run
+    directory (``read_run``) and added to that file for the next time."""
+    import msgspec
+
+    from launch import run_results
+
+    path = os.path.join(cfg.run_dir, DONE)
+    with open(path, "rb") as f:
+        record = msgspec.json.decode(f.read())
+    if "results" in record:
+        try:
+            kept = msgspec.convert(record["results"], run_results.Trial, strict=False)
+        except msgspec.ValidationError as e:
+            raise ValueError(f"{path}: field results: {e}; expected a trial's evals and step seconds") from e
+        return dataclasses.replace(kept, arm=arm, seed=seed, run_dir=cfg.run_dir)
+    trial = run_results.read_run(cfg.run_dir, cfg.train.steps, arm, seed)
+    record["results"] = trial
+    with open(path + ".tmp", "wb") as f:
+        f.write(msgspec.json.encode(record))
+    os.replace(path + ".tmp", path)  # never a half-written record, which would run the trial again
+    return trial
 
 
 def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) -> RunConfig:

@@ -1,8 +1,9 @@
 """The learning bench's numbers, read back from what its training runs wrote.
 
-Each trial's run directory is read by ``launch.run_results.read_run`` (per eval, each metric per
-task; the steps' wall seconds); then per arm the ``seeds × tasks`` tables that ``policies.stats.seeds_and_tasks_mean_and_stderr``
-turns into means with standard errors, over the tasks every trial scored in every eval compared.
+Each trial's results are read by ``launch.run_results.read_run`` from its run directory (per eval,
+each metric per task; the steps' wall seconds) and kept in its ``trial.json``
+(``launch.bench.learning.recorded_trial``); then per arm the ``seeds × tasks`` tables that
+``policies.stats.seeds_and_tasks_mean_and_stderr`` turns into means with standard errors, over the tasks every trial scored in every eval compared.
 Task groups come from the ids the domains' generators write (``calc-eval-heldout-0003``: group
 ``heldout``; ``TASK_GROUP``).
 """
@@ -14,7 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from launch.run_results import ALL, Trial, groups_of, read_run
+from launch.run_results import ALL, Trial, groups_of
 from policies.stats import mean_and_stderr, seeds_and_tasks_mean_and_stderr
 
 if TYPE_CHECKING:
@@ -250,13 +251,13 @@ def log_wandb(bench: Bench, result: Mapping[str, Any], png: str) -> None:
 def report(bench: Bench) -> str:
     """Read the trials that finished, print the tables, write ``learning.json`` and ``learning.png``
     (and to W&B); returns the bench's last line."""
-    from launch.bench.learning import finished, with_shared_warm_start
+    from launch.bench.learning import finished, recorded_trial, with_shared_warm_start
 
     trials = []
     for arm, seed, planned in bench.trials:
         cfg = with_shared_warm_start(bench, arm, seed, planned)  # the config it ran with, as run_trials
         if finished(cfg):
-            trials.append(read_run(cfg.run_dir, cfg.train.steps, arm.name, seed))
+            trials.append(recorded_trial(cfg, arm.name, seed))
     result = analyse(bench, trials)
     os.makedirs(bench.out, exist_ok=True)
     with open(os.path.join(bench.out, "learning.json"), "w") as f:
