@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -147,8 +148,17 @@ def test_the_report_reads_an_arm_that_ran_from_the_shared_warm_start(tmp_path, c
     shared = with_shared_warm_start(bench, second, seed, bonus)
     assert shared.warmstart.from_run == no_bonus.run_dir
     write_trial(shared, evals, [1.0])  # what run_trials records: the config it ran with
-    assert report(bench).startswith("rl_minus_warmstart=0.25")
+    line = report(bench)
+    assert line.startswith("rl_minus_warmstart=0.25")
     assert "bonus" in capsys.readouterr().out
+    # carried elsewhere as records alone, without the warm start's weights: still both arms' trials
+    for cfg in (no_bonus, shared):
+        for name in os.listdir(cfg.run_dir):
+            path = Path(cfg.run_dir, name)
+            if name != DONE:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert with_shared_warm_start(bench, second, seed, bonus) == shared
+    assert report(bench) == line
 
 
 def test_a_bench_without_a_warm_start_is_refused(capsys):

@@ -254,7 +254,8 @@ def recorded_trial(cfg: RunConfig, arm: str, seed: int) -> Trial:
 
 def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) -> RunConfig:
     """``cfg``, starting from the first arm's warm start of ``seed`` when the ablation shares it
-    and that trial kept one (``warmstart.from_run``); else unchanged (its own warm start)."""
+    and that trial kept one (``warmstart.from_run``), or when this trial already finished from it
+    (its record, carried without the warm start's weights); else unchanged (its own warm start)."""
     import msgspec
 
     from launch.checkpoints import PROGRESS
@@ -263,11 +264,11 @@ def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) ->
     if bench.ablation is None or not bench.ablation.shares_warm_start or arm == bench.arms[0]:
         return cfg
     first = next(c for a, s, c in bench.trials if a == bench.arms[0] and s == seed)
-    if not os.path.isfile(os.path.join(first.run_dir, WARMSTART_DIR, PROGRESS)):
-        return cfg
-    return msgspec.structs.replace(
+    shared = msgspec.structs.replace(
         cfg, warmstart=msgspec.structs.replace(cfg.warmstart, from_run=first.run_dir)
     )
+    kept = os.path.isfile(os.path.join(first.run_dir, WARMSTART_DIR, PROGRESS))
+    return shared if kept or finished(shared) else cfg
 
 
 def run_trials(bench: Bench, verbose: bool) -> list[str]:
