@@ -30,7 +30,7 @@ each, with the same base overrides:
 - ``disentangle``: one scalar outcome reward on every token / masked reasoning and tool families
   with bidirectional gradient surgery (paper 000, Eqs. 9-11), both agents reasoning in ``<think>``.
 - ``observation_rule``: trained with full observations / with the rule, both evaluated under the
-  rule (paper 002, §5.3: matched training).
+  rule (paper 002, §5.3: matched training; ``OBSERVATION_RULE``).
 - ``placement``: colocated / async (success per step and per training second).
 """
 
@@ -81,7 +81,13 @@ class Ablation:
     the same seed (``warmstart.from_run``) instead of a warm start of its own."""
 
 
-OBSERVATION_RULE = ("rollout.observation_rule.keep_last_costly=1",)
+OBSERVATION_RULE = (
+    "rollout.observation_rule.keep_last_costly=1",
+    "rollout.observation_rule.costly_chars=1000",
+)
+"""The rule both arms are evaluated under: every observation of 1000 characters or more but the last
+has its body elided (at the default 1500 it would cut nothing on research, whose search results run
+~1400 characters and pages ~500: BENCHMARKS.md). One tuple for both arms, so that they cannot drift."""
 ABLATIONS: dict[str, Ablation] = {
     a.name: a
     for a in (
