@@ -155,8 +155,10 @@ def test_the_report_reads_an_arm_that_ran_from_the_shared_warm_start(tmp_path, c
     for cfg in (no_bonus, shared):
         for name in os.listdir(cfg.run_dir):
             path = Path(cfg.run_dir, name)
-            if name != DONE:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif name != DONE:
+                path.unlink()
     assert with_shared_warm_start(bench, second, seed, bonus) == shared
     assert report(bench) == line
 

@@ -3,7 +3,8 @@
 Each trial's results are read by ``launch.run_results.read_run`` from its run directory (per eval,
 each metric per task; the steps' wall seconds) and kept in its ``trial.json``
 (``launch.bench.learning.recorded_trial``); then per arm the ``seeds × tasks`` tables that
-``policies.stats.seeds_and_tasks_mean_and_stderr`` turns into means with standard errors, over the tasks every trial scored in every eval compared.
+``policies.stats.seeds_and_tasks_mean_and_stderr`` turns into means with standard errors, over the
+tasks every trial scored in every eval compared.
 Task groups come from the ids the domains' generators write (``calc-eval-heldout-0003``: group
 ``heldout``; ``TASK_GROUP``).
 """
