@@ -43,8 +43,9 @@ def config_of(bench: Bench, run_name: str) -> RunConfig:
     return next(cfg for _, _, cfg in bench.trials if cfg.run_name == run_name)
 
 
-def write_trial(cfg: RunConfig, evals: dict[str, list[bool]], step_s: list[float]) -> None:
-    """A finished trial of ``cfg``: per phase one greedy episode per task of ``TASKS`` (its success given)."""
+def write_run(cfg: RunConfig, evals: dict[str, list[bool]], step_s: list[float]) -> None:
+    """What a training run of ``cfg`` writes: per phase one greedy episode per task of ``TASKS``
+    (its success given), and a metrics row per step with its seconds."""
     run_dir = Path(cfg.run_dir)
     (run_dir / "trajectories").mkdir(parents=True)
     for phase, successes in evals.items():
@@ -53,7 +54,13 @@ def write_trial(cfg: RunConfig, evals: dict[str, list[bool]], step_s: list[float
     rows = [{"phase": "eval/base", "step": 0, "success": 0.0}]
     rows += [{"phase": "train", "step": i + 1, "step_s": s} for i, s in enumerate(step_s)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run_dir / DONE).write_text(json.dumps({"config": to_dict(cfg)}))
+
+
+def write_trial(cfg: RunConfig, evals: dict[str, list[bool]], step_s: list[float]) -> None:
+    """A finished trial of ``cfg``: its run, and its record as ``run_trials`` writes it."""
+    write_run(cfg, evals, step_s)
+    results = read_run(cfg.run_dir, cfg.train.steps)
+    Path(cfg.run_dir, DONE).write_bytes(msgspec.json.encode({"config": to_dict(cfg), "results": results}))
 
 
 def test_the_seeds_and_tasks_standard_error_adds_the_task_and_the_seed_terms():
@@ -248,6 +255,16 @@ def test_a_damaged_record_is_named_with_its_field(tmp_path, capsys):
     )
 
 
+def test_a_trial_recorded_before_records_kept_results_is_read_from_its_run_directory(tmp_path):
+    bench = plan(parse_args(["--quick", "--out", str(tmp_path), "wandb.mode=disabled"]))
+    cfg = config_of(bench, "grpo-s0")
+    write_run(
+        cfg, {"base": [False] * 4, "warmstart": [False] * 4, "final": [True, False, False, False]}, [1.0]
+    )
+    Path(cfg.run_dir, DONE).write_text(json.dumps({"config": to_dict(cfg)}))
+    assert report(bench).startswith("rl_minus_warmstart=0.2500")
+
+
 def test_an_ablation_reports_treatment_minus_reference_in_each_metric(tmp_path, capsys):
     out = str(tmp_path)
     argv = ["--ablation", "tool_bonus", "--quick", "--out", out, "--report-only", "wandb.mode=disabled"]
@@ -302,7 +319,10 @@ def test_trials_run_once_and_an_interrupted_one_starts_afresh(tmp_path, monkeypa
         assert not os.path.exists(os.path.join(cfg.run_dir, "stale.jsonl")), "a partial attempt was kept"
         if cfg.seed == 1:
             raise RuntimeError("generator died")
-        os.makedirs(cfg.run_dir, exist_ok=True)  # the real train writes its run directory
+        if cfg.seed == 3:  # a run that ended without its evals
+            os.makedirs(cfg.run_dir)
+            return
+        write_run(cfg, evals, [1.0])
 
     async def fake_train(cfg, verbose=False):
         attempt(cfg)
@@ -322,8 +342,10 @@ def test_trials_run_once_and_an_interrupted_one_starts_afresh(tmp_path, monkeypa
     (tmp_path / "grpo-s2" / "stale.jsonl").write_text("{}")  # an attempt killed before it finished
     problems = run_trials(bench, verbose=False)
     assert ran == ["grpo-s1", "grpo-s2", "grpo-s3"]  # seed 0 was done
-    assert problems == ["grpo seed 1: RuntimeError: generator died"]
-    assert (tmp_path / "grpo-s2" / DONE).exists() and not (tmp_path / "grpo-s1" / DONE).exists()
+    assert problems[0] == "grpo seed 1: RuntimeError: generator died"
+    assert problems[1].startswith("grpo seed 3: FileNotFoundError: ") and len(problems) == 2
+    assert [(tmp_path / f"grpo-s{s}" / DONE).exists() for s in range(4)] == [True, False, True, False]
+    assert json.loads((tmp_path / "grpo-s2" / DONE).read_text())["results"]["evals"]["final"]["lost"] == 0
 
 
 def test_a_trial_records_its_code_and_a_reuse_under_other_code_says_so(tmp_path, monkeypatch, capsys):
@@ -331,7 +353,7 @@ def test_a_trial_records_its_code_and_a_reuse_under_other_code_says_so(tmp_path,
     import launch.train
 
     async def fake_train(cfg, verbose=False):
-        os.makedirs(cfg.run_dir, exist_ok=True)
+        write_run(cfg, {"base": [False] * 4, "warmstart": [False] * 4, "final": [False] * 4}, [1.0])
         return 0
 
     monkeypatch.setattr(launch.train, "train", fake_train)

@@ -56,9 +56,10 @@ if TYPE_CHECKING:
 DONE = "trial.json"
 """Written into a trial's run directory once its run finished, with its config and the code it ran
 (``code_version``): the bench does not run it again while the config is the same (``finished``), and
-says so when the code has changed since. The first report adds the trial's results (``results``,
-``recorded_trial``), so that this file alone carries a finished trial: copy ``<out>/*/trial.json``
-to another machine (or commit them) and a later command there reuses those trials and adds seeds."""
+says so when the code has changed since. It also keeps the trial's results (``results``: per eval,
+each metric per task, and the steps' seconds), so that this file alone carries a finished trial:
+copy ``<out>/*/trial.json`` to another machine (or commit them) and a later command there reuses
+those trials and adds seeds."""
 
 
 @dataclass(frozen=True)
@@ -180,11 +181,22 @@ def plan(args: argparse.Namespace) -> Bench:
     return bench
 
 
+def record_of(cfg: RunConfig) -> dict[str, object] | None:
+    """The ``trial.json`` of ``cfg``'s trial; None when it has none or an unreadable one (the
+    trial runs again)."""
+    import json
+
+    try:
+        with open(os.path.join(cfg.run_dir, DONE)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def finished(cfg: RunConfig) -> bool:
     """Whether the trial of ``cfg`` finished with this config (where it logs, ``wandb``, and
     whether it kept its warm start, ``warmstart.save``, aside)."""
-    import json
-
     from specs.config import to_dict
 
     def trained_by(config: dict[str, object]) -> dict[str, object]:
@@ -194,11 +206,8 @@ def finished(cfg: RunConfig) -> bool:
             kept["warmstart"] = {k: v for k, v in warm.items() if k != "save"}
         return kept
 
-    try:
-        with open(os.path.join(cfg.run_dir, DONE)) as f:
-            return bool(trained_by(json.load(f).get("config") or {}) == trained_by(to_dict(cfg)))
-    except (OSError, ValueError, AttributeError):
-        return False
+    config = (record_of(cfg) or {}).get("config")
+    return isinstance(config, dict) and trained_by(config) == trained_by(to_dict(cfg))
 
 
 def code_version() -> str:
@@ -224,38 +233,26 @@ def code_version() -> str:
 
 def recorded_code(cfg: RunConfig) -> str | None:
     """The code version a finished trial recorded (None for a trial from before it was kept)."""
-    import json
-
-    try:
-        with open(os.path.join(cfg.run_dir, DONE)) as f:
-            code = json.load(f).get("code")
-    except (OSError, ValueError, AttributeError):
-        return None
+    code = (record_of(cfg) or {}).get("code")
     return code if isinstance(code, str) else None
 
 
 def recorded_trial(cfg: RunConfig, arm: str, seed: int) -> Trial:
-    """A finished trial's results: those its ``trial.json`` keeps, else read from its run
-    directory (``read_run``) and added to that file for the next time."""
+    """A finished trial's results: those its ``trial.json`` keeps (read from its run directory,
+    ``read_run``, for a trial recorded before the file kept them)."""
     import msgspec
 
     from launch import run_results
 
-    path = os.path.join(cfg.run_dir, DONE)
-    with open(path, "rb") as f:
-        record = msgspec.json.decode(f.read())
-    if "results" in record:
-        try:
-            kept = msgspec.convert(record["results"], run_results.Trial, strict=False)
-        except msgspec.ValidationError as e:
-            raise ValueError(f"{path}: field results: {e}; expected a trial's evals and step seconds") from e
-        return dataclasses.replace(kept, arm=arm, seed=seed, run_dir=cfg.run_dir)
-    trial = run_results.read_run(cfg.run_dir, cfg.train.steps, arm, seed)
-    record["results"] = trial
-    with open(path + ".tmp", "wb") as f:
-        f.write(msgspec.json.encode(record))
-    os.replace(path + ".tmp", path)  # never a half-written record, which would run the trial again
-    return trial
+    results = (record_of(cfg) or {}).get("results")
+    if results is None:
+        return run_results.read_run(cfg.run_dir, cfg.train.steps, arm, seed)
+    try:
+        kept = msgspec.convert(results, run_results.Trial, strict=False)
+    except msgspec.ValidationError as e:
+        path = os.path.join(cfg.run_dir, DONE)
+        raise ValueError(f"{path}: field results: {e}; expected a trial's evals and step seconds") from e
+    return dataclasses.replace(kept, arm=arm, seed=seed, run_dir=cfg.run_dir)
 
 
 def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) -> RunConfig:
@@ -282,6 +279,7 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
     import anyio
     import msgspec
 
+    from launch.run_results import read_run
     from launch.train import train
     from specs.config import to_dict
 
@@ -305,12 +303,13 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
         shutil.rmtree(cfg.run_dir, ignore_errors=True)  # what an interrupted attempt left: not a result
         try:
             anyio.run(train, cfg, verbose)
+            results = read_run(cfg.run_dir, cfg.train.steps, arm.name, seed)  # a run without evals failed
         except Exception as e:  # one failed run is reported, the others still run
             problems.append(f"{arm.name} seed {seed}: {type(e).__name__}: {e}")
             print(f"trial failed: {problems[-1]}", file=sys.stderr, flush=True)
             continue
         with open(os.path.join(cfg.run_dir, DONE), "wb") as f:
-            record = {"arm": arm.name, "seed": seed, "code": code, "config": to_dict(cfg)}
+            record = {"arm": arm.name, "seed": seed, "code": code, "config": to_dict(cfg), "results": results}
             f.write(msgspec.json.encode(record))
     return problems
 

@@ -1,7 +1,7 @@
 """The learning bench's numbers, read back from what its training runs wrote.
 
-Each trial's results are read by ``launch.run_results.read_run`` from its run directory (per eval,
-each metric per task; the steps' wall seconds) and kept in its ``trial.json``
+Each trial's results, read by ``launch.run_results.read_run`` from its run directory when it
+finished (per eval, each metric per task; the steps' wall seconds), come from its ``trial.json``
 (``launch.bench.learning.recorded_trial``); then per arm the ``seeds × tasks`` tables that
 ``policies.stats.seeds_and_tasks_mean_and_stderr`` turns into means with standard errors, over the
 tasks every trial scored in every eval compared.
