@@ -20,8 +20,9 @@ Contract (what the driver and the Generator rely on):
   plus ``kl_coef`` x KL (k1 or k3) to a frozen copy of the base model (built only then) or to the
   rollout-time policy.
 - Gradient surgery (``algo.surgery``, ZeRO-0 and float32 only): the reasoning and the tool family's
-  gradients are computed apart and projected by ``policies.surgery.project`` (paper 000, eq. 11)
-  before the one update; the KL term's gradient is added unprojected.
+  gradients are computed apart (from one forward per micro-batch, a backward each) and projected by
+  ``policies.surgery.project`` (paper 000, eq. 11) before the one update; the KL term's gradient is
+  added unprojected.
 - ``export_weights(path)`` writes a safetensors file for vLLM with ``lm_head.weight`` present as its
   own tensor even when tied; checkpoints are ``actors.learner_checkpoint``'s.
 
@@ -169,37 +170,36 @@ class Learner:
     def _surgery_step(self, samples: list[TrainSample]) -> dict[str, float]:
         """Bidirectional gradient surgery (paper 000, §3.3.3, eq. 11): each reward family's gradient
         on the shared parameters, projected by ``policies.surgery.project``, summed, plus the KL
-        term's gradient (shared, never projected), one update."""
-        from policies.surgery import assign_grads, flatten_grads, gram, project
+        term's gradient (shared, never projected), one update. The losses share one forward per
+        micro-batch (``_accumulate_apart``)."""
+        from policies.surgery import assign_grads, gram, project
 
         if self.cfg.zero_stage != 0 or self.dtype == "bfloat16":
             raise LearnerError(
                 "algorithm.surgery needs learner.zero_stage 0 and float32 weights (the two objectives' "
                 f"gradients are read from the parameters' .grad); got zero_stage {self.cfg.zero_stage}, {self.dtype}"
             )
-        params = [p for p in self._engine.module.parameters() if p.requires_grad]
-        family: dict[str, torch.Tensor] = {}
-        per_family: dict[str, float] = {}
-        parts: dict[str, float] = {}
-        for name in ("reasoning", "tool"):
-            loss = policy_loss(self.algo, self.max_len, self._policy, None, (f"adv_{name}",), kl=False)
-            parts = self._accumulate(samples, "train_step", loss)
-            family[name] = flatten_grads(params)
-            per_family[f"pg_loss_{name}"] = parts["pg_loss"]
-        metrics = parts | per_family  # the ratio statistics are the same in both passes
-        metrics["pg_loss"] = metrics["pg_loss_reasoning"] + metrics["pg_loss_tool"]
-        metrics["loss"] = metrics["pg_loss"]
-        pair = gram(family["reasoning"], family["tool"])
-        projected_r, projected_t = project(family["reasoning"], family["tool"], pair=pair)
-        update = projected_r + projected_t
-        self._engine.optimizer.zero_grad()
+        forward = _LastForward(self._policy)
+        losses = {
+            name: policy_loss(self.algo, self.max_len, forward, None, (f"adv_{name}",), kl=False)
+            for name in ("reasoning", "tool")
+        }
         if self.algo.kl_coef > 0:
-            shared = kl_loss(self.algo, self.max_len, self._policy, self._reference())
-            kl = self._accumulate(samples, "train_step", shared)
-            metrics["kl"] = kl["kl"]
-            metrics["loss"] += self.algo.kl_coef * kl["kl"]
-            update = update + flatten_grads(params)
-        assign_grads(params, update)
+            losses["kl"] = kl_loss(self.algo, self.max_len, forward, self._reference())
+        grads, parts = self._accumulate_apart(samples, "train_step", losses)
+        metrics = parts["reasoning"] | {
+            f"pg_loss_{name}": parts[name]["pg_loss"] for name in ("reasoning", "tool")
+        }
+        metrics["pg_loss"] = metrics["pg_loss_reasoning"] + metrics["pg_loss_tool"]
+        metrics["loss"] = metrics["pg_loss"]  # the ratio statistics are the same for both families
+        pair = gram(grads["reasoning"], grads["tool"])
+        projected_r, projected_t = project(grads["reasoning"], grads["tool"], pair=pair)
+        update = projected_r + projected_t
+        if "kl" in grads:
+            metrics["kl"] = parts["kl"]["kl"]
+            metrics["loss"] += self.algo.kl_coef * parts["kl"]["kl"]
+            update = update + grads["kl"]
+        assign_grads(self._trained_params(), update)
         conflict = self._conflicts.update(pair.cosine)
         metrics["grad_norm"] = self._optimizer_step()
         return metrics | conflict | {"surgery_conflict": float(pair.conflict)}
@@ -244,13 +244,7 @@ class Learner:
         micro_loss: MicroLoss,
     ) -> dict[str, float]:
         """Backward of ``micro_loss`` over every micro-batch into fresh ``.grad``s (no update)."""
-        self._validate(samples, where)
-        active = [s for s in samples if any(s.trainable)]
-        if not active:
-            raise LearnerError(
-                f"{where}: none of the {len(samples)} samples has a trainable token; nothing to train"
-            )
-        total, rows = float(sum(sum(s.trainable) for s in active)), float(sequence_count(active))
+        active, total, rows = self._active(samples, where)
         sums: dict[str, float] = {}
         self._engine.train()
         self._engine.optimizer.zero_grad()
@@ -258,19 +252,77 @@ class Learner:
             for chunk in chunks(active, self.cfg.micro_batch_size):
                 loss, parts = micro_loss(self._collate(chunk), total, rows)
                 self._engine.backward(loss, scale_wrt_gas=False)
-                for key, value in parts.items():
-                    combine = max if key.endswith("_max") else operator.add
-                    sums[key] = combine(sums[key], value) if key in sums else value
+                _add_parts(sums, parts)
         except BaseException:
             # A failed micro-batch must not leave half a step's gradients for the next step.
             self._engine.optimizer.zero_grad()
             raise
-        return sums | {
+        return sums | self._counts(samples, active, total)
+
+    def _accumulate_apart(
+        self,
+        samples: Sequence[TrainSample],
+        where: str,
+        losses: dict[str, MicroLoss],
+    ) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, float]]]:
+        """Each of ``losses``' gradient over every micro-batch, kept apart (flat, ``flatten_grads``'
+        layout), and each one's summed metrics; ``.grad`` is left empty (no update). Losses built on
+        one ``_LastForward`` share each micro-batch's forward: the graph is kept for the next loss's
+        backward, and each loss accumulates into its own ``.grad`` tensors, swapped in for its backward."""
+        from policies.surgery import flatten_grads
+
+        active, total, rows = self._active(samples, where)
+        params = self._trained_params()
+        stores: dict[str, list[torch.Tensor | None]] = {name: [None] * len(params) for name in losses}
+        sums: dict[str, dict[str, float]] = {name: {} for name in losses}
+        last = len(losses) - 1
+        self._engine.train()
+        self._engine.optimizer.zero_grad()
+        try:
+            for chunk in chunks(active, self.cfg.micro_batch_size):
+                batch = self._collate(chunk)
+                for i, (name, micro_loss) in enumerate(losses.items()):
+                    for p, grad in zip(params, stores[name], strict=True):
+                        p.grad = grad
+                    loss, parts = micro_loss(batch, total, rows)
+                    self._engine.backward(loss, retain_graph=i < last, scale_wrt_gas=False)
+                    stores[name] = [p.grad for p in params]
+                    _add_parts(sums[name], parts)
+            grads = {}
+            for name in losses:
+                for p, grad in zip(params, stores.pop(name), strict=True):
+                    p.grad = grad
+                grads[name] = flatten_grads(params)
+                self._engine.optimizer.zero_grad()
+        finally:
+            self._engine.optimizer.zero_grad()
+        counts = self._counts(samples, active, total)
+        return grads, {name: parts | counts for name, parts in sums.items()}
+
+    def _active(self, samples: Sequence[TrainSample], where: str) -> tuple[list[TrainSample], float, float]:
+        """The step's samples with a trainable token (checked first), and the two loss denominators:
+        their trainable-token count and their number of sequences."""
+        self._validate(samples, where)
+        active = [s for s in samples if any(s.trainable)]
+        if not active:
+            raise LearnerError(
+                f"{where}: none of the {len(samples)} samples has a trainable token; nothing to train"
+            )
+        return active, float(sum(sum(s.trainable) for s in active)), float(sequence_count(active))
+
+    @staticmethod
+    def _counts(
+        samples: Sequence[TrainSample], active: Sequence[TrainSample], total: float
+    ) -> dict[str, float]:
+        return {
             "tokens": float(sum(len(s.token_ids) for s in active)),
             "trainable_tokens": total,
             "samples": float(len(active)),
             "skipped": float(len(samples) - len(active)),
         }
+
+    def _trained_params(self) -> list[torch.nn.Parameter]:
+        return [p for p in self._engine.module.parameters() if p.requires_grad]
 
     def _optimizer_step(self) -> float:
         """The step's single optimizer update (DeepSpeed clips first); returns the pre-clip grad norm."""
@@ -324,3 +376,25 @@ def remote_learner(**ray_options: Any) -> Any:
     from actors.remote import remote_class
 
     return remote_class(Learner, **ray_options)
+
+
+class _LastForward:
+    """``forward`` remembered for the last batch it was called on, so that several losses of one
+    micro-batch share its forward and graph (``Learner._accumulate_apart``)."""
+
+    def __init__(self, forward: Forward) -> None:
+        self._forward = forward
+        self._batch: Batch | None = None
+        self._out: torch.Tensor | None = None
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        if batch is not self._batch or self._out is None:
+            self._batch, self._out = batch, self._forward(batch)
+        return self._out
+
+
+def _add_parts(sums: dict[str, float], parts: dict[str, float]) -> None:
+    """Add a micro-batch's metrics into the step's (``*_max`` ones take the maximum)."""
+    for key, value in parts.items():
+        combine = max if key.endswith("_max") else operator.add
+        sums[key] = combine(sums[key], value) if key in sums else value

@@ -45,3 +45,11 @@ def test_the_learner_logits_bench_times_both_arms(model_dir: Path) -> None:
     figures = run_bench("learner_logits", "--quick", "--model", str(model_dir))
     assert set(figures) == {"speedup", "peak_rss_ratio", "samples", "context", "generated"}
     assert all(math.isfinite(v) and v > 0 for v in figures.values())
+
+
+@pytest.mark.slow
+def test_the_learner_surgery_bench_times_both_arms(model_dir: Path) -> None:
+    figures = run_bench("learner_surgery", "--quick", "--kl", "0.1", "--model", str(model_dir))
+    assert set(figures) == {"speedup", "samples", "context", "generated", "losses"}
+    assert all(math.isfinite(v) and v > 0 for v in figures.values())
+    assert figures["losses"] == 3

@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from actors.learner import Learner
-from actors.learner_batch import LearnerError
-from actors.learner_losses import policy_loss
+from actors.learner_batch import Batch, LearnerError
+from actors.learner_losses import kl_loss, policy_loss
 from policies.surgery import assign_grads, cosine, flatten_grads, project
 from policies.types import TrainSample
 from specs.algorithm import GrpoConfig
@@ -317,15 +317,24 @@ def test_surgery_keeps_compatible_gradients_and_cancels_exactly_opposed_ones(mod
     assert _max_diff(before, _weights(learner)) < 1e-7  # each projected off the other: both vanish
 
 
-def test_the_surgery_update_is_policies_surgery_project_of_the_two_families_gradients(model_dir: str) -> None:
+@pytest.mark.parametrize(
+    ("micro_batch_size", "kl_coef", "gradient_checkpointing"), [(4, 0.0, False), (1, 0.1, True)]
+)
+def test_the_surgery_update_is_policies_surgery_project_of_the_two_families_gradients(
+    model_dir: str, micro_batch_size: int, kl_coef: float, gradient_checkpointing: bool
+) -> None:
     """By hand: each family's gradient from a plain learner's loss with the other family's advantage
-    zeroed, projected with ``policies.surgery.project``, summed, one optimizer step: the same weights."""
+    zeroed, projected with ``policies.surgery.project``, summed, plus the KL term's gradient, one
+    optimizer step: the same weights, in one micro-batch or four, with activations recomputed or not."""
     pairs = ((1.0, -1.0), (-1.0, 0.5), (0.5, -1.0), (-0.5, 1.0))  # (tool, reasoning) advantages
     batch = [_thought(i, tool, reasoning) for i, (tool, reasoning) in enumerate(pairs)]
-    operated = _learner(model_dir, algo=GrpoConfig(surgery=True))
+    settings = {"micro_batch_size": micro_batch_size, "gradient_checkpointing": gradient_checkpointing}
+    # KL to the rollout policy: against the base model it (and its gradient) would be 0 at step 0.
+    kl = {"kl_coef": kl_coef, "kl_reference": "rollout"}
+    operated = _learner(model_dir, algo=GrpoConfig(surgery=True, **kl), **settings)  # type: ignore[arg-type]
     stats = operated.train_step(batch)
 
-    by_hand = _learner(model_dir)
+    by_hand = _learner(model_dir, algo=GrpoConfig(**kl), **settings)  # type: ignore[arg-type]
     params = [p for p in by_hand._engine.module.parameters() if p.requires_grad]
     loss = policy_loss(
         by_hand.algo, by_hand.max_len, by_hand._policy, None, ("adv_reasoning", "adv_tool"), kl=False
@@ -338,13 +347,34 @@ def test_the_surgery_update_is_policies_surgery_project_of_the_two_families_grad
     assert -0.99 < cosine(family["reasoning"], family["tool"]) < -0.1  # conflicting, not opposite
     assert stats["grad_cosine"] == pytest.approx(cosine(family["reasoning"], family["tool"]), abs=1e-5)
     projected_r, projected_t = project(family["reasoning"], family["tool"])
-    assign_grads(params, projected_r + projected_t)
+    update = projected_r + projected_t
+    if kl_coef:
+        shared = kl_loss(by_hand.algo, by_hand.max_len, by_hand._policy, by_hand._reference())
+        assert stats["kl"] == pytest.approx(by_hand._accumulate(batch, "by hand", shared)["kl"], rel=1e-5)
+        assert stats["kl"] > 1e-3
+        update = update + flatten_grads(params)
+    assign_grads(params, update)
     by_hand._optimizer_step()
     assert _max_diff(_weights(operated), _weights(by_hand)) < 1e-6
 
     plain = _learner(model_dir)
     plain.train_step(batch)  # the plain sum of the two gradients moves the weights elsewhere
     assert _max_diff(_weights(operated), _weights(plain)) > 1e-4
+
+
+def test_a_surgery_step_runs_one_forward_per_micro_batch(model_dir: str) -> None:
+    """The families' (and the KL term's) losses share each micro-batch's forward: their backward
+    passes reuse its graph instead of computing the policy's logprobs once per loss."""
+    learner = _learner(model_dir, algo=GrpoConfig(surgery=True, kl_coef=0.1), micro_batch_size=2)
+    forward, calls = learner._policy, []
+
+    def counted(batch: Batch) -> torch.Tensor:
+        calls.append(batch)
+        return forward(batch)
+
+    learner._policy = counted  # type: ignore[method-assign]
+    learner.train_step([_thought(i, (1.0, -1.0)[i % 2], (0.5, -0.5)[i // 2]) for i in range(4)])
+    assert len(calls) == 2
 
 
 def test_surgery_refuses_partitioned_or_bf16_gradients(model_dir: str) -> None:
