@@ -54,6 +54,16 @@ def samples(n: int, context: int, generated: int, vocab: int) -> list[TrainSampl
     return out
 
 
+def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model and the batch's shape (``samples``' arguments) and the timed repeats, as the
+    learner benches share them: the calculator demo's shape by default."""
+    parser.add_argument("--model", default=".cache/models/SmolLM2-135M-Instruct")
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--context", type=int, default=850)
+    parser.add_argument("--generated", type=int, default=65)
+    parser.add_argument("--repeats", type=int, default=3)
+
+
 def measure(args: argparse.Namespace, every_token: bool) -> dict[str, float]:
     import functools
     from unittest import mock
@@ -103,11 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=".cache/models/SmolLM2-135M-Instruct")
-    parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--context", type=int, default=850)
-    parser.add_argument("--generated", type=int, default=65)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_shape_arguments(parser)
     parser.add_argument(
         "--quick", action="store_true", help="2 samples of 256 tokens, 1 repeat (the test's run)"
     )

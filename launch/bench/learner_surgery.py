@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from launch.bench.learner_logits import add_shape_arguments  # noqa: E402
 from launch.bench.learner_logits import samples as plain_samples  # noqa: E402
 
 if TYPE_CHECKING:
@@ -106,11 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=".cache/models/SmolLM2-135M-Instruct")
-    parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--context", type=int, default=850)
-    parser.add_argument("--generated", type=int, default=65)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_shape_arguments(parser)
     parser.add_argument("--kl", type=float, default=0.0, help="kl_coef (to the rollout policy): a third loss")
     parser.add_argument(
         "--quick", action="store_true", help="2 samples of 128 tokens, 1 repeat (the test's run)"
