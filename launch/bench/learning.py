@@ -28,7 +28,8 @@ each, with the same base overrides:
 
 - ``tool_bonus``: adoption returns with the dense tool bonus off / on (paper 002, Eqs. 3-4).
 - ``disentangle``: one scalar outcome reward on every token / masked reasoning and tool families
-  with bidirectional gradient surgery (paper 000, Eqs. 9-11), both agents reasoning in ``<think>``.
+  with bidirectional gradient surgery (paper 000, Eqs. 9-11), both agents reasoning in ``<think>``
+  and warm-started on 32 demonstrations.
 - ``observation_rule``: trained with full observations / with the rule, both evaluated under the
   rule (paper 002, §5.3: matched training; ``OBSERVATION_RULE``).
 - ``placement``: colocated / async (success per step and per training second).
@@ -112,7 +113,9 @@ ABLATIONS: dict[str, Ablation] = {
                     ),
                 ),
             ),
-            common=("rollout.reasoning_format=think",),
+            # 32 demonstrations: with the demo's 16 the <think> agent's warm start succeeds on no
+            # eval task and nearly every sampled group is all-fail (BENCHMARKS.md).
+            common=("rollout.reasoning_format=think", "warmstart.demonstrations=32"),
             metrics=("reasoning_tokens", "tool_calls"),
         ),
         Ablation(
