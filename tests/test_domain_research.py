@@ -34,6 +34,7 @@ from specs.domains.research.expert import pick_url, read_relation, respond
 from specs.domains.research.hooks import corpus_archive, exact_match, final_answer, normalize
 from specs.domains.research.judge import llm_as_judge
 from specs.errors import EvaluatorError
+from specs.observation_rule import ObservationRule
 from specs.servers import load_server_registry
 from specs.task import load_tasks
 from tests.backends import make_backend, run_id
@@ -48,9 +49,11 @@ LIMITS = EpisodeLimits(max_turns=10, max_new_tokens=200, max_context_tokens=1200
 JUDGE_VARS = {"JUDGE_BASE_URL": "http://127.0.0.1:1/v1", "JUDGE_MODEL": "judge"}
 
 
-async def run_expert(tmp_path: Path, tokenizer: Any, tasks: list[Any], backend: str) -> tuple[list[Any], Any]:
+async def run_expert(
+    tmp_path: Path, tokenizer: Any, tasks: list[Any], backend: str, rule: ObservationRule | None = None
+) -> tuple[list[Any], Any]:
     """The expert's episodes through the production pipeline (as tests/test_rollout.py's run_pipeline,
-    with the domain's hook modules in the pool and limits that fit four hops)."""
+    with the domain's hook modules in the pool and limits that fit four hops), under ``rule`` if given."""
     pool = EnvPool(make_backend(backend, tmp_path / "envs"), run_id(), max_live=2, hook_modules=HOOKS)
     async with McpGateway.running() as gateway:
         pipeline = RolloutPipeline(
@@ -63,6 +66,7 @@ async def run_expert(tmp_path: Path, tokenizer: Any, tasks: list[Any], backend: 
             acquire_workers=1,
             run_workers=2,
             eval_workers=1,
+            observation_rule=rule,
         )
         with anyio.fail_after(150):
             groups = await pipeline.collect(tasks, 1, SamplingConfig(temperature=0.0), LIMITS)
@@ -218,6 +222,24 @@ async def test_the_expert_solves_a_4hop_task_on_bwrap_reading_pages_through_the_
     assert len(fetched) == 4 and f"Answer: {tasks[0].private['_answer']}" in (trajectory.final_answer or "")
     assert msgspec.json.encode(trajectory.score)
     assert pipeline.metrics.lost == {}
+
+
+async def test_the_expert_demonstrates_under_an_observation_rule_that_elides_its_older_search_results(
+    tmp_path: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The observation_rule ablation's matched arm warm-starts on demonstrations run under the rule
+    (search results ~1400 characters are costly at 1000; the 500-character pages are not)."""
+    monkeypatch.chdir(REPO)
+    tasks = [t for t in load_tasks(DOMAIN / "tasks" / "eval.json") if t.category == "research/4hop"][:1]
+    rule = ObservationRule(keep_last_costly=1, costly_chars=1000)
+    groups, _ = await run_expert(tmp_path, tokenizer, tasks, "bwrap", rule)
+    (trajectory,) = groups[0].trajectories
+    assert trajectory.succeeded, (trajectory.error, trajectory.final_answer)
+    assert [c.name for c in trajectory.tool_calls] == ["research_search__search", "fetch__fetch"] * 4
+    elided = [m for m in trajectory.messages if m["role"] == "tool" and "[observation omitted]" in str(m)]
+    assert elided == [], "the trajectory's messages keep every observation in full"
+    last = trajectory.observation_records[-1]  # after the fourth search: the three before it elided
+    assert [r["reason"] for r in last["replaced"]] == ["window"] * 3, last
 
 
 def test_the_recorded_expert_episode_read_its_pages_from_the_http_server_inside_the_environment() -> None:

@@ -6,7 +6,9 @@ takes from the pages, never from ``_hops``). For hop ``i`` it calls ``research_s
 with the entity's name, picks the result whose title is exactly that name (near-duplicate
 names rank beside it), calls ``fetch__fetch`` on its URL, and reads the relation's sentence on the
 fetched text (``kb.PATTERNS``). After the last hop it answers ``Answer: <value>``. The whole state
-is re-read from the conversation's ``<tool_response>`` blocks at every turn.
+is re-read from the conversation's ``<tool_response>`` blocks at every turn; a search result is read
+only while it is the newest observation, so an observation rule that elides older costly ones
+(``rollout.observation_rule``) leaves the expert everything it needs.
 """
 
 from __future__ import annotations
@@ -60,12 +62,12 @@ def respond(task: Any, conversation: str) -> str:
         if len(responses) <= 2 * i:
             plan = f"<think>I need the {relation} of {entity}. I will search for its page.</think>\n"
             return _call(SEARCH, {"query": entity, "k": 5}, f"{plan if think else ''}Searching for {entity}.")
-        url = pick_url(responses[2 * i], entity)
-        if url is None:
-            raise ExpertStuck(
-                f"task {task.instance_id}: no search result titled {entity!r}: {responses[2 * i][:300]!r}"
-            )
-        if len(responses) <= 2 * i + 1:
+        if len(responses) <= 2 * i + 1:  # the search result is the newest observation: never elided
+            url = pick_url(responses[2 * i], entity)
+            if url is None:
+                raise ExpertStuck(
+                    f"task {task.instance_id}: no search result titled {entity!r}: {responses[2 * i][:300]!r}"
+                )
             plan = f"<think>The page of {entity} is {url}. I will read it.</think>\n"
             return _call(FETCH, {"url": url}, f"{plan if think else ''}Reading the page of {entity}.")
         value = read_relation(responses[2 * i + 1], relation, entity)
