@@ -236,9 +236,7 @@ async def test_the_expert_demonstrates_under_an_observation_rule_that_elides_its
     (trajectory,) = groups[0].trajectories
     assert trajectory.succeeded, (trajectory.error, trajectory.final_answer)
     assert [c.name for c in trajectory.tool_calls] == ["research_search__search", "fetch__fetch"] * 4
-    elided = [m for m in trajectory.messages if m["role"] == "tool" and "[observation omitted]" in str(m)]
-    assert elided == [], "the trajectory's messages keep every observation in full"
-    last = trajectory.observation_records[-1]  # after the fourth search: the three before it elided
+    last = trajectory.observation_records[-1]  # the context of the last turn: the 3 older searches elided
     assert [r["reason"] for r in last["replaced"]] == ["window"] * 3, last
 
 
