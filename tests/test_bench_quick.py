@@ -53,3 +53,9 @@ def test_the_learner_surgery_bench_times_both_arms(model_dir: Path) -> None:
     assert set(figures) == {"speedup", "samples", "context", "generated", "losses"}
     assert all(math.isfinite(v) and v > 0 for v in figures.values())
     assert figures["losses"] == 3
+
+
+def test_the_learner_mfu_bench_times_a_model_built_from_its_config() -> None:
+    figures = run_bench("learner_mfu", "--quick")
+    assert set(figures) == {"tiny_llama_tok_s", "tiny_llama_mfu"}
+    assert all(math.isfinite(v) and v > 0 for v in figures.values())
