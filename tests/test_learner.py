@@ -70,7 +70,19 @@ def _weights(learner: Learner) -> dict[str, torch.Tensor]:
 
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+    """The largest difference of any weight; either side may be on the GPU or saved to the host."""
+    return max((a[k].float().cpu() - b[k].float().cpu()).abs().max().item() for k in a)
+
+
+def _same_update_within(learner: Learner, cpu_bound: float) -> float:
+    """How far two ways to compute one update may leave the weights apart. On the CPU, ``cpu_bound``
+    (the computations agree to float32 rounding). On a GPU the kernels, and so the order of the sums,
+    change with the micro-batch's shape: loss and gradient norm still agree as tightly, but Adam's first
+    step moves each weight by lr x g / (|g| + eps), +-lr wherever |g| >> eps, and turns that noise
+    into a few percent of lr where |g| is near eps (1.8e-4 and 5e-5 seen on an H200 at lr 1e-2). A flipped
+    gradient sign moves a weight by 2 x lr either way, which 5% of lr still catches."""
+    on_gpu = learner._engine.device.type != "cpu"
+    return max(cpu_bound, 0.05 * learner.cfg.lr) if on_gpu else cpu_bound
 
 
 def _mean_nll(learner: Learner, sample: TrainSample) -> float:
@@ -119,7 +131,7 @@ def test_micro_batch_size_does_not_change_the_loss_gradient_or_update(model_dir:
     # The pre-clip gradient norm would differ if each micro-batch were averaged on its own.
     assert m1["grad_norm"] == pytest.approx(m4["grad_norm"], rel=1e-4)
     assert m1["clip_frac"] == pytest.approx(m4["clip_frac"])
-    assert _max_diff(w1, w4) < 1e-4
+    assert _max_diff(w1, w4) < _same_update_within(learner, 1e-4)
 
 
 def test_logits_only_where_a_loss_needs_them_give_the_update_of_logits_everywhere(model_dir: str) -> None:
@@ -137,7 +149,7 @@ def test_logits_only_where_a_loss_needs_them_give_the_update_of_logits_everywher
     (kept, w_kept), (full, w_full) = results
     assert kept["loss"] == pytest.approx(full["loss"], rel=1e-5)
     assert kept["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-4)
-    assert _max_diff(w_kept, w_full) < 1e-5
+    assert _max_diff(w_kept, w_full) < _same_update_within(learner, 1e-5)
 
 
 def test_a_batch_with_zero_advantages_leaves_the_weights_unchanged(model_dir: str) -> None:
@@ -456,6 +468,7 @@ def test_importing_the_learner_module_does_not_import_deepspeed_or_ray() -> None
 
 
 def test_remote_learner_wraps_the_plain_class_as_a_ray_actor_with_or_without_options() -> None:
+    pytest.importorskip("ray")  # installed wherever `make test` runs; absent on a bare GPU machine
     from actors.learner import remote_learner
 
     for actor_class in (remote_learner(), remote_learner(num_cpus=1)):
