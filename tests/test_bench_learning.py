@@ -320,7 +320,7 @@ def test_trials_run_once_and_an_interrupted_one_starts_afresh(tmp_path, monkeypa
         if cfg.seed == 1:
             raise RuntimeError("generator died")
         if cfg.seed == 3:  # a run that ended without its evals
-            os.makedirs(cfg.run_dir)
+            os.makedirs(cfg.run_dir, exist_ok=True)
             return
         write_run(cfg, evals, [1.0])
 
@@ -381,3 +381,50 @@ def test_code_version_names_this_checkout():
         return
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
     assert code_version().split("+")[0] == head.stdout.strip()[:12]
+
+
+def test_an_interrupted_trial_goes_on_from_its_last_step_checkpoint_when_it_kept_one(tmp_path, monkeypatch):
+    import launch.train
+    from launch.bench.learning import STARTED, finished, run_trials
+    from launch.checkpoints import Progress, step_dir, write_progress
+
+    attempts = []
+
+    async def fake_train(cfg, verbose=False):
+        attempts.append((cfg.run_name, cfg.train.resume))
+        if cfg.train.resume is None:  # a first attempt: the evals, step 1's checkpoint, then killed
+            (Path(cfg.run_dir) / "warm_start_was_here").write_text("")
+            if cfg.train.checkpoint_every:
+                os.makedirs(step_dir(cfg.checkpoint_dir, 1))
+                write_progress(step_dir(cfg.checkpoint_dir, 1), Progress(step=1, version=1, position=4))
+            raise RuntimeError("the session ended")
+        assert (Path(cfg.run_dir) / "warm_start_was_here").exists(), (
+            "the resumed attempt lost the first's work"
+        )
+        write_run(cfg, {"base": [False] * 4, "warmstart": [False] * 4, "final": [True] * 4}, [1.0, 1.0])
+        return 0
+
+    monkeypatch.setattr(launch.train, "train", fake_train)
+    args = ["--seeds", "2", "--steps", "2", "--out", str(tmp_path)]
+    bench = plan(parse_args([*args, "train.checkpoint_every=1"]))
+    assert len(run_trials(bench, verbose=False)) == 2  # both killed after step 1
+    assert json.loads((tmp_path / "grpo-s0" / STARTED).read_text())["config"]["seed"] == 0
+
+    # The same trials planned again (checkpointing is not part of what a trial trains), except seed
+    # 1's, whose interrupted attempt was another config's: that one starts afresh.
+    started = tmp_path / "grpo-s1" / STARTED
+    started.write_text(started.read_text().replace('"steps":2', '"steps":3'))
+    attempts.clear()
+    again = plan(parse_args([*args, "train.checkpoint_every=1", "train.keep_checkpoints=3"]))
+    problems = run_trials(again, verbose=False)
+    s0_checkpoint = step_dir(config_of(again, "grpo-s0").checkpoint_dir, 1)
+    assert attempts == [("grpo-s0", s0_checkpoint), ("grpo-s1", None)]
+    assert finished(config_of(again, "grpo-s0")) and finished(config_of(bench, "grpo-s0"))
+    assert problems == ["grpo seed 1: RuntimeError: the session ended"]
+
+    # A trial that kept no checkpoint starts afresh, as before.
+    attempts.clear()
+    plain = plan(parse_args(["--seeds", "1", "--steps", "2", "--out", str(tmp_path / "plain")]))
+    run_trials(plain, verbose=False)
+    run_trials(plain, verbose=False)
+    assert attempts == [("grpo-s0", None), ("grpo-s0", None)]

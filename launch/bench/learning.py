@@ -19,7 +19,9 @@ the ablation is about. Output, in ``--out`` (default ``runs/learning/<config>[-<
 table on the terminal, ``learning.json``, ``learning.png`` (success vs step and vs training
 seconds, with SE bands), the same in a W&B run of its own (the trials' runs are grouped with it),
 and each trial's run directory. A trial that finished with the same config is not run again: rerun
-the same command to finish an interrupted bench (a trial left unfinished starts afresh).
+the same command to finish an interrupted bench. A trial left unfinished starts afresh, unless it
+saved step checkpoints (``train.checkpoint_every=1`` among the overrides): then it goes on from its
+last one (``resumable``), so that a trial longer than a session can be finished in the next.
 
 The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
 
@@ -61,6 +63,14 @@ says so when the code has changed since. It also keeps the trial's results (``re
 each metric per task, and the steps' seconds), so that this file alone carries a finished trial:
 copy ``<out>/*/trial.json`` to another machine (or commit them) and a later command there reuses
 those trials and adds seeds."""
+
+STARTED = "trial.started.json"
+"""Written into a trial's run directory as its run starts, with its config: an attempt that was
+interrupted after a step checkpoint is resumed only by a bench that plans the same trial."""
+
+NOT_TRAINING = {"train": ("checkpoint_every", "keep_checkpoints", "resume"), "warmstart": ("save",)}
+"""Config fields that change where a run logs and what it keeps, not what it trains (with ``wandb``):
+two configs that differ only there are the same trial."""
 
 
 @dataclass(frozen=True)
@@ -197,20 +207,44 @@ def record_of(cfg: RunConfig) -> dict[str, object] | None:
     return record if isinstance(record, dict) else None
 
 
-def finished(cfg: RunConfig) -> bool:
-    """Whether the trial of ``cfg`` finished with this config (where it logs, ``wandb``, and
-    whether it kept its warm start, ``warmstart.save``, aside)."""
-    from specs.config import to_dict
+def trained_by(config: object) -> object:
+    """``config`` (a ``to_dict`` of a run config) without ``wandb`` and the ``NOT_TRAINING`` fields."""
+    if not isinstance(config, dict):
+        return config
+    kept = {k: v for k, v in config.items() if k != "wandb"}
+    for section, fields in NOT_TRAINING.items():
+        if isinstance(kept.get(section), dict):
+            kept[section] = {k: v for k, v in kept[section].items() if k not in fields}
+    return kept
 
-    def trained_by(config: dict[str, object]) -> dict[str, object]:
-        kept = {k: v for k, v in config.items() if k != "wandb"}
-        warm = kept.get("warmstart")
-        if isinstance(warm, dict):
-            kept["warmstart"] = {k: v for k, v in warm.items() if k != "save"}
-        return kept
+
+def finished(cfg: RunConfig) -> bool:
+    """Whether the trial of ``cfg`` finished with this config (``trained_by``)."""
+    from specs.config import to_dict
 
     config = (record_of(cfg) or {}).get("config")
     return isinstance(config, dict) and trained_by(config) == trained_by(to_dict(cfg))
+
+
+def resumable(cfg: RunConfig) -> str | None:
+    """The step checkpoint an interrupted attempt at ``cfg``'s trial left, when that attempt
+    started with this config (``STARTED``); else None (the trial starts afresh)."""
+    import json
+
+    from launch.checkpoints import resolve_resume
+    from specs.config import to_dict
+
+    try:
+        with open(os.path.join(cfg.run_dir, STARTED)) as f:
+            started = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(started, dict) or trained_by(started.get("config")) != trained_by(to_dict(cfg)):
+        return None
+    try:
+        return resolve_resume("auto", cfg.checkpoint_dir)
+    except (OSError, ValueError):  # a damaged checkpoint: start afresh rather than fail the bench
+        return None
 
 
 def code_version() -> str:
@@ -302,10 +336,23 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
                 flush=True,
             )
             continue
-        print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: {cfg.run_dir}", flush=True)
-        shutil.rmtree(cfg.run_dir, ignore_errors=True)  # what an interrupted attempt left: not a result
+        checkpoint = resumable(cfg)
+        if checkpoint is None:
+            print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: {cfg.run_dir}", flush=True)
+            shutil.rmtree(cfg.run_dir, ignore_errors=True)  # what an interrupted attempt left: not a result
+            os.makedirs(cfg.run_dir)
+            with open(os.path.join(cfg.run_dir, STARTED), "wb") as f:
+                f.write(msgspec.json.encode({"code": code, "config": to_dict(cfg)}))
+            run_cfg = cfg
+        else:  # its own warm start and evals are in the run directory already
+            print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: going on from {checkpoint}", flush=True)
+            run_cfg = msgspec.structs.replace(
+                cfg,
+                train=msgspec.structs.replace(cfg.train, resume=checkpoint),
+                warmstart=msgspec.structs.replace(cfg.warmstart, from_run=None),
+            )
         try:
-            anyio.run(train, cfg, verbose)
+            anyio.run(train, run_cfg, verbose)
             results = read_run(cfg.run_dir, cfg.train.steps, arm.name, seed)  # a run without evals failed
         except Exception as e:  # one failed run is reported, the others still run
             problems.append(f"{arm.name} seed {seed}: {type(e).__name__}: {e}")
