@@ -62,6 +62,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 DEFAULT_ARCHS = ("smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
+CHILD_SETTINGS = ("samples", "context", "generated", "micro_batch", "repeats", "dtype", "peak_tflops")
+"""What a child process (one architecture) is told, besides ``--checkpointing``."""
 
 
 def train_flops(
@@ -219,20 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.arm:
         print(json.dumps(measure(args)), flush=True)
         return 0
-    given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--quick"]
-    shape = [
-        "--samples",
-        str(args.samples),
-        "--context",
-        str(args.context),
-        "--generated",
-        str(args.generated),
-    ]
-    shape += ["--micro-batch", str(args.micro_batch), "--repeats", str(args.repeats), "--dtype", args.dtype]
+    child = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in CHILD_SETTINGS]
+    child += ["--checkpointing"] if args.checkpointing else []
     results = []
     for arch in args.arch:
         print(f"[{arch}] building and timing {args.repeats} steps ...", flush=True)
-        results.append(run_arm([*given, *shape], arch, args.arm_timeout))
+        results.append(run_arm(child, arch, args.arm_timeout))
         print(json.dumps(results[-1])[:3000], flush=True)
     if args.out:
         with open(args.out, "w") as f:
