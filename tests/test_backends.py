@@ -379,7 +379,8 @@ async def test_a_fork_bomb_in_a_tool_stops_at_its_environments_process_limit(
 
 @pytest.mark.usefixtures("isolated")
 async def test_two_environments_see_neither_each_others_files_nor_processes(provisioner: Provisioner) -> None:
-    with anyio.fail_after(60):
+    # A hang guard, not a timing claim: ~20 s alone with docker, over 60 s beside a learning bench.
+    with anyio.fail_after(180):
         async with environment(provisioner) as a, environment(provisioner) as b:
             handle_a, handle_b = EnvHandle(a, provisioner), EnvHandle(b, provisioner)
             secret = f"only in {a.env_id}"  # unique: no library file bound into b holds it
