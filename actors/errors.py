@@ -30,4 +30,13 @@ class InfraError(MCPRLError):
     """An environment or MCP server died or failed to start: the trajectory failed by infrastructure."""
 
     cause = "infra_failed"
-    """What the rollout counts the lost trajectory under (``lost_<cause>``)."""
+    """What the rollout counts the lost trajectory under (``lost_<cause>``): a class attribute,
+    one per subclass, so that the metric names stay few; read it with ``loss_cause``."""
+
+
+def loss_cause(error: BaseException) -> str:
+    """The cause a trajectory lost to ``error`` is counted under: its ``InfraError`` class's
+    ``cause``, else ``infra_failed``. Read off the class: an ``InfraError`` raised in a Ray actor
+    arrives as a ``RayTaskError`` subclass of it whose instance attribute ``cause`` is the original
+    exception, whose message (with an environment id) would become a metric name of its own."""
+    return type(error).cause if isinstance(error, InfraError) else InfraError.cause

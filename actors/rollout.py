@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from actors.errors import InfraError
+from actors.errors import InfraError, loss_cause
 from actors.groups import Group, StageMetrics
 from actors.seams import EnvPoolSeam, EvaluatorSeam, GatewaySeam
 from policies.engine import Engine
@@ -220,7 +220,7 @@ class RolloutPipeline:
             else:
                 logger.exception("trajectory of %s failed in the pipeline", task.instance_id)
             broken = True
-            self.metrics.lose(e.cause if isinstance(e, InfraError) else "infra_failed")
+            self.metrics.lose(loss_cause(e))
             return _failed(task, group_id, f"{type(e).__name__}: {e}")
         finally:
             if env is not None:

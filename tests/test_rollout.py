@@ -21,7 +21,9 @@ from transformers import AutoTokenizer
 
 from actors.env_front import NodeLost
 from actors.env_pool import EnvPool
+from actors.errors import EnvError, InfraError, loss_cause
 from actors.evaluator import Evaluator
+from actors.groups import StageMetrics
 from actors.mcp_gateway import McpGateway
 from actors.provisioners.local import kill_marked_processes
 from actors.rollout import RolloutPipeline, env_config_resolver
@@ -322,6 +324,19 @@ async def test_a_trajectory_lost_to_a_dying_server_is_retried_on_a_fresh_env_and
     assert [t.succeeded for t in group.trajectories] == [True, True, True]
     assert pipeline.metrics.lost == {"infra_failed": 1} and pipeline.metrics.retried == 1
     assert pool.stats()["broken"] == 1 and pool.stats()["live"] == 0
+
+
+async def test_a_lost_trajectory_is_counted_by_its_cause_when_ray_wraps_the_error_too() -> None:
+    exceptions = pytest.importorskip("ray.exceptions")
+    died = InfraError("MCP server 'bank' (command '/bin/sh') of env c52a41d75144 failed to start")
+    gone = NodeLost("node worker-1 was lost")
+    # what an actor's exception is on the caller's side: a RayTaskError subclass of its class
+    from_actor = [exceptions.RayTaskError("open", "traceback", e).as_instanceof_cause() for e in (died, gone)]
+    metrics = StageMetrics()
+    for error in [died, gone, *from_actor, EnvError("the pool shut down")]:
+        metrics.lose(loss_cause(error))
+    lost = {k: v for k, v in metrics.as_metrics().items() if k.startswith("lost_")}
+    assert lost == {"lost_infra_failed": 3.0, "lost_node_lost": 2.0}
 
 
 async def test_a_thought_mdp_episode_records_reasoning_and_action_masks(
