@@ -216,7 +216,7 @@ class BwrapProvisioner(LocalProvisioner):
 
     async def destroy(self, env: EnvInfo) -> None:
         await anyio.to_thread.run_sync(kill_env_processes, env.env_id)
-        await anyio.to_thread.run_sync(bwrap_net.remove, env.data.get("netns"))
+        await anyio.to_thread.run_sync(bwrap_net.remove, held_netns(env))
         await anyio.to_thread.run_sync(limits.remove, groups_of(env))
         await super().destroy(env)
 
@@ -467,3 +467,13 @@ def kill_tree(pid: int) -> None:
         victims = []
     killpg(pid)
     kill_all(victims)
+
+
+def held_netns(env: EnvInfo) -> str | None:
+    """The file that holds the environment's network namespace: from its label, or in its directory
+    when the label predates it (an environment stopped between the namespace and the label that
+    records it, as when its node is killed); ``None`` when there is none."""
+    if env.data.get("netns"):
+        return str(env.data["netns"])
+    env_dir = env.data.get("env_dir")
+    return str(Path(env_dir) / bwrap_net.NETNS_FILE) if env_dir else None
