@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import msgspec
 import pytest
 
 from actors.errors import EnvError
@@ -177,8 +178,6 @@ async def test_an_environment_stopped_before_its_label_recorded_its_namespace_is
 ) -> None:
     """A node killed between the namespace's creation and the label's rewrite leaves a label
     without ``netns``: destroying from that label still unmounts the namespace and removes the dir."""
-    import msgspec
-
     from actors.provisioners import bwrap_net
 
     if bwrap_net.why_not_shared() is not None:

@@ -216,7 +216,12 @@ class BwrapProvisioner(LocalProvisioner):
 
     async def destroy(self, env: EnvInfo) -> None:
         await anyio.to_thread.run_sync(kill_env_processes, env.env_id)
-        await anyio.to_thread.run_sync(bwrap_net.remove, held_netns(env))
+        # From the directory, not the label: an environment stopped between its namespace and the
+        # label that records it (its node killed) still holds one.
+        if env.data.get("env_dir"):
+            await anyio.to_thread.run_sync(
+                bwrap_net.remove, str(bwrap_net.held_in(Path(env.data["env_dir"])))
+            )
         await anyio.to_thread.run_sync(limits.remove, groups_of(env))
         await super().destroy(env)
 
@@ -467,13 +472,3 @@ def kill_tree(pid: int) -> None:
         victims = []
     killpg(pid)
     kill_all(victims)
-
-
-def held_netns(env: EnvInfo) -> str | None:
-    """The file that holds the environment's network namespace: from its label, or in its directory
-    when the label predates it (an environment stopped between the namespace and the label that
-    records it, as when its node is killed); ``None`` when there is none."""
-    if env.data.get("netns"):
-        return str(env.data["netns"])
-    env_dir = env.data.get("env_dir")
-    return str(Path(env_dir) / bwrap_net.NETNS_FILE) if env_dir else None

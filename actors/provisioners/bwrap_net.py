@@ -48,7 +48,7 @@ def create(env_dir: Path) -> str | None:
     it, or ``None`` (with a warning, once) where none can be made."""
     why = why_not_shared()
     if why is None:
-        held = env_dir / NETNS_FILE
+        held = held_in(env_dir)
         held.touch()
         try:
             _run(["unshare", f"--net={held}", "true"])
@@ -64,6 +64,11 @@ def create(env_dir: Path) -> str | None:
             why = f"{e}: {getattr(e, 'stderr', '') or ''}".strip()
     _warn_once(f"bwrap: each sandbox has a network namespace of its own, not one per environment: {why}")
     return None
+
+
+def held_in(env_dir: Path) -> Path:
+    """Where the namespace of the environment in ``env_dir`` is held, when it has one."""
+    return env_dir / NETNS_FILE
 
 
 def entered(held: str | None, command: list[str]) -> list[str]:
