@@ -176,15 +176,19 @@ async def test_the_sandboxes_of_one_environment_share_its_loopback_and_no_other_
 async def test_an_environment_stopped_before_its_label_recorded_its_namespace_is_destroyed_whole(
     provisioner: BwrapProvisioner,
 ) -> None:
-    """A node killed between the namespace's creation and the label's rewrite leaves a label
-    without ``netns``: destroying from that label still unmounts the namespace and removes the dir."""
+    """A node killed between the namespace's (and cgroups') creation and the label's rewrite leaves
+    a label without ``netns`` and ``cgroups``: destroying from that label still unmounts the
+    namespace, removes the cgroups and the dir."""
     from actors.provisioners import bwrap_net
 
     if bwrap_net.why_not_shared() is not None:
         pytest.skip(f"one namespace per environment needs root here: {bwrap_net.why_not_shared()}")
     env = await provisioner.create(EnvConfig(), "early-label")
-    held, env_dir = env.data["netns"], anyio.Path(env.data["env_dir"])
-    early = msgspec.structs.replace(env, data={k: v for k, v in env.data.items() if k != "netns"})
+    held, env_dir, groups = env.data["netns"], anyio.Path(env.data["env_dir"]), env.data["cgroups"]
+    early = msgspec.structs.replace(
+        env, data={k: v for k, v in env.data.items() if k not in ("netns", "cgroups")}
+    )
     await provisioner.destroy(early)
     mounts = await anyio.Path("/proc/mounts").read_text()
     assert held not in mounts and not await env_dir.exists()
+    assert not [g for g in groups if await anyio.Path(g).exists()]

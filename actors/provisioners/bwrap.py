@@ -222,8 +222,18 @@ class BwrapProvisioner(LocalProvisioner):
             await anyio.to_thread.run_sync(
                 bwrap_net.remove, str(bwrap_net.held_in(Path(env.data["env_dir"])))
             )
-        await anyio.to_thread.run_sync(limits.remove, groups_of(env))
+        await anyio.to_thread.run_sync(self._remove_groups, env)
         await super().destroy(env)
+
+    def _remove_groups(self, env: EnvInfo) -> None:
+        """Remove the cgroups its label records; for a label written before they were recorded (the
+        environment stopped in between), the ones ``create`` makes for its id on this host."""
+        if "cgroups" in env.data or not self.cgroups:
+            groups = groups_of(env)
+        else:
+            found = limits.find_cgroups()
+            groups = found.groups(env.env_id) if found is not None else []
+        limits.remove(groups)
 
     async def limits_hit(self, env: EnvInfo) -> dict[str, int]:
         """How often the environment hit its ``memory`` limit (processes the kernel killed) and its

@@ -67,6 +67,10 @@ class Cgroups:
     version: int
     bases: dict[str, Path]
 
+    def groups(self, env_id: str) -> list[str]:
+        """The environment's group directories, one per distinct controller base."""
+        return list(dict.fromkeys(str(base / env_id) for base in self.bases.values()))
+
     def create(self, env_id: str, limits: Limits) -> list[str]:
         """Make the environment's groups with ``limits``; the directories made."""
         made: list[str] = []
