@@ -206,6 +206,20 @@ def test_kl_penalty_is_zero_at_first_and_positive_once_the_policy_moved(model_di
     assert _learner(model_dir)._ref is None  # no reference copy without a KL term
 
 
+def test_a_second_epoch_on_one_batch_is_clipped_against_the_rollout_policy(model_dir: str) -> None:
+    """``learner.epochs_per_step`` > 1 runs ``train_step`` again on the same batch (PPO-style reuse):
+    its ratio is taken against the batch's rollout logprobs, not the moved policy's, so the first
+    epoch (on-policy: rollout logprobs are the model's own) clips nothing and the second, once lr
+    1e-2 moved the policy, does."""
+    learner = _learner(model_dir)
+    own = learner.sequence_logprobs(_batch())
+    batch = [msgspec.structs.replace(s, logprobs=lp) for s, lp in zip(_batch(), own, strict=True)]
+    first = learner.train_step(batch)
+    second = learner.train_step(batch)
+    assert first["clip_frac"] == 0.0
+    assert second["clip_frac"] > 0.0
+
+
 @pytest.mark.parametrize(
     "algo",
     [
