@@ -13,7 +13,8 @@ with step checkpoints on a schedule (``train.resume`` continues from one); measu
 shut everything down, whatever happens.
 
 Left out on purpose: an LR schedule (constant LR, so nothing to checkpoint for it), partial-step
-updates (one optimizer step per training step), and reference-model KL unless the config asks.
+updates (a step's whole batch makes each optimizer step: ``learner.epochs_per_step`` of them, one
+per pass), and reference-model KL unless the config asks.
 """
 
 from __future__ import annotations
