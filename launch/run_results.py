@@ -1,10 +1,12 @@
 """A training run's results read back from its run directory: per eval, each metric per task.
 
 ``launch.report.Reporter`` writes ``<run_dir>/trajectories/eval_<phase>.jsonl`` per eval (``base``,
-``warmstart``, ``step<k>``, ``final``; ``eval_<phase>_sampled.jsonl`` with ``train.eval_samples``)
-and ``<run_dir>/metrics.jsonl`` (a ``train`` row per step, with its ``step_s``). ``read_run`` turns
-them into a ``Trial``: each eval's ``policies.metrics.per_episode`` metrics per task (the mean over
-the task's scored episodes) and the steps' wall seconds. ``train.py``'s closing table and the
+``warmstart``, ``step<k>``, ``final``; ``eval_<phase>_sampled.jsonl`` with ``train.eval_samples``;
+``eval_warmstart_train`` and ``eval_final_train`` on training tasks with ``train.eval_train_tasks``),
+``step_<k>.jsonl`` per training step and ``<run_dir>/metrics.jsonl`` (a ``train`` row per step,
+with its ``step_s``). ``read_run`` turns them into a ``Trial``: each eval's
+``policies.metrics.per_episode`` metrics per task (the mean over the task's scored episodes), the
+steps' wall seconds and the tasks the steps trained on. ``train.py``'s closing table and the
 learning bench (``launch.bench.learning_report``) both read runs this way.
 """
 
@@ -13,15 +15,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import msgspec
 
 from policies.metrics import per_episode
 from specs.trajectory import Trajectory
 
-EVAL_FILE = re.compile(r"eval_(base|warmstart|final|step\d+)(_sampled)?\.jsonl")
+EVAL_FILE = re.compile(r"eval_((?:base|warmstart|final|step\d+)(?:_train)?)(_sampled)?\.jsonl")
+STEP_FILE = re.compile(r"step_\d+\.jsonl")
 TASK_GROUP = re.compile(r"-eval-([a-z_]+)-\d+$")
 """The group of an eval task id, as the domains' generators write them: ``calc-eval-heldout-0003``
 is ``heldout``; ``seen``; swe's ``kind`` / ``project`` (held-out mutation kinds and projects)."""
@@ -66,6 +69,8 @@ class Trial:
     """``<phase>`` (greedy) and ``<phase>_sampled`` -> its eval."""
     step_s: dict[int, float]
     """Training step -> its wall seconds (rollout, update and weight sync)."""
+    trained: list[str] = field(default_factory=list)
+    """The tasks its training steps sampled (sorted; empty in records written before it was kept)."""
 
     def train_s(self, step: int) -> float:
         """Wall seconds of training up to the end of ``step``."""
@@ -73,6 +78,7 @@ class Trial:
 
 
 def phase_step(phase: str, steps: int) -> int:
+    phase = phase.removesuffix("_train")
     if phase in ("base", "warmstart"):
         return 0
     if phase == "final":
@@ -101,8 +107,10 @@ def read_run(run_dir: str, steps: int, arm: str = "", seed: int = 0) -> Trial:
     """A finished run's evals and step times (``FileNotFoundError`` when it has none); ``arm`` and
     ``seed`` name it in a bench."""
     folder = os.path.join(run_dir, "trajectories")
-    evals = {}
+    evals, trained = {}, set()
     for name in sorted(os.listdir(folder)):
+        if STEP_FILE.fullmatch(name):
+            trained |= task_ids(os.path.join(folder, name))
         match = EVAL_FILE.fullmatch(name)
         if match:
             phase = match.group(1)
@@ -115,7 +123,18 @@ def read_run(run_dir: str, steps: int, arm: str = "", seed: int = 0) -> Trial:
             row = json.loads(line)
             if row.get("phase") == "train" and "step_s" in row:
                 step_s[int(row["step"])] = float(row["step_s"])
-    return Trial(arm, seed, run_dir, evals, step_s)
+    return Trial(arm, seed, run_dir, evals, step_s, sorted(trained))
+
+
+class _TaskId(msgspec.Struct):
+    task_id: str
+
+
+def task_ids(path: str) -> set[str]:
+    """The tasks of a trajectory file (only each line's ``task_id`` is decoded)."""
+    decoder = msgspec.json.Decoder(_TaskId)
+    with open(path, "rb") as f:
+        return {decoder.decode(line).task_id for line in f if line.strip()}
 
 
 CLOSING_METRICS = (
@@ -151,4 +170,38 @@ def closing_table(trial: Trial) -> str:
             mean, se = mean_and_stderr(final[i] - start[i] for i in members)
             gains.append(f"{group} ({len(members)}) {mean:+.2f} ± {se:.2f}")
         lines.append("RL - warm start, success paired by task: " + ", ".join(gains))
+    on_train = train_task_gains(trial)
+    if on_train:
+        lines.append(
+            "on training tasks (train.eval_train_tasks), final - start paired by task: "
+            + ", ".join(f"{g} ({n}) {mean:+.2f} ± {se:.2f}" for g, (n, mean, se) in on_train.items())
+        )
     return "\n".join(lines)
+
+
+def train_task_groups(trial: Trial, tasks: Sequence[str]) -> dict[str, list[str]]:
+    """``all`` of ``tasks`` (training tasks evaluated), and those the run ``trained`` on."""
+    trained = set(trial.trained)
+    return {ALL: list(tasks), "trained": [t for t in tasks if t in trained]}
+
+
+def start_train_phase(evals: Mapping[str, object]) -> str | None:
+    """The eval of the starting policy on training tasks: ``warmstart_train``, else ``base_train``."""
+    return next((p for p in ("warmstart_train", "base_train") if p in evals), None)
+
+
+def train_task_gains(trial: Trial) -> dict[str, tuple[int, float, float]]:
+    """Group -> (tasks, mean, SE) of final minus start success on the evaluated training tasks, paired
+    by task; empty when the run did not evaluate on training tasks."""
+    from policies.stats import mean_and_stderr
+
+    start = start_train_phase(trial.evals)
+    if start is None or "final_train" not in trial.evals:
+        return {}
+    final, first = (trial.evals[p].per_task["success"] for p in ("final_train", start))
+    tasks = sorted(set(final) & set(first))
+    return {
+        group: (len(members), *mean_and_stderr(final[i] - first[i] for i in members))
+        for group, members in train_task_groups(trial, tasks).items()
+        if members
+    }

@@ -38,6 +38,9 @@ WARMSTART_DIR = "warmstart"
 ADOPTED_PHASES = ("eval/base", "eval_sampled/base", "warmstart", "eval/warmstart", "eval_sampled/warmstart")
 """The rows of the other run that this run reports as its own, in the order they were logged."""
 _FILES = ("demonstrations", "eval_base", "eval_base_sampled", "eval_warmstart", "eval_warmstart_sampled")
+TRAIN_PHASES = ("eval/warmstart_train", "eval_sampled/warmstart_train")
+"""Its warm start's evals on training tasks (``train.eval_train_tasks``), adopted when on this run's."""
+_TRAIN_FILES = ("eval_warmstart_train", "eval_warmstart_train_sampled")
 
 
 class SavedWarmStart(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,7 +49,8 @@ class SavedWarmStart(msgspec.Struct, frozen=True, kw_only=True):
     run_dir: str
     progress: Progress
     records: list[dict[str, Any]]
-    """Its rows of ``ADOPTED_PHASES`` from ``metrics.jsonl``, each with ``phase`` and ``step``."""
+    """Its rows of ``ADOPTED_PHASES`` and ``TRAIN_PHASES`` from ``metrics.jsonl``, each with ``phase``
+    and ``step``."""
 
     @property
     def checkpoint(self) -> str:
@@ -69,7 +73,7 @@ def read_saved(run_dir: str, eval_tasks: Sequence[TaskSpec], eval_samples: int) 
             rows = [msgspec.json.decode(line) for line in f if line.strip()]
     except (OSError, msgspec.DecodeError) as e:
         raise SpecError(metrics_path, where, f"unreadable: {e}") from None
-    records = [row for row in rows if row.get("phase") in ADOPTED_PHASES]
+    records = [row for row in rows if row.get("phase") in ADOPTED_PHASES + TRAIN_PHASES]
     needed = {"eval/base", "eval/warmstart"} | ({"eval_sampled/warmstart"} if eval_samples else set())
     missing = sorted(needed - {row["phase"] for row in records})
     if missing:
@@ -104,29 +108,45 @@ async def save(s: Session, stream: TaskStream) -> str:
     return directory
 
 
-async def adopt(s: Session, stream: TaskStream, saved: SavedWarmStart) -> dict[str, dict[str, float]]:
+async def adopt(
+    s: Session, stream: TaskStream, saved: SavedWarmStart, train_evaluated: Sequence[TaskSpec]
+) -> dict[str, dict[str, float]]:
     """Start from ``saved``: its learner state served, the stream at its position, its evaluations
-    logged and copied as this run's; the ``base`` and ``warmstart`` eval metrics."""
+    logged and copied as this run's; the ``base`` and ``warmstart`` eval metrics, and
+    ``warmstart_train`` when it evaluated the training tasks ``train_evaluated`` of this run (on
+    other tasks, or none: this run evaluates them itself)."""
     await s.actors.trainer.load_checkpoint(saved.checkpoint)
     await publish_weights(s.actors)
     stream.position = saved.progress.position
-    copy_trajectories(saved.run_dir, s.reporter.trajectory_dir)
+    ours = saved_train_eval_matches(saved.run_dir, train_evaluated)
+    copy_trajectories(saved.run_dir, s.reporter.trajectory_dir, train_evals=ours)
     print(
         f"warm start from {saved.checkpoint} (task position {saved.progress.position}); its evals:",
         flush=True,
     )
     results: dict[str, dict[str, float]] = {}
     for record in saved.records:
+        if record["phase"] in TRAIN_PHASES and not ours:
+            continue
         metrics = {k: v for k, v in record.items() if k not in ("phase", "step")}
         s.reporter.log(record["phase"], record["step"], metrics)
-        if record["phase"] in ("eval/base", "eval/warmstart"):
+        if record["phase"] in ("eval/base", "eval/warmstart", "eval/warmstart_train"):
             results[record["phase"].removeprefix("eval/")] = metrics
     return results
 
 
-def copy_trajectories(run_dir: str, trajectory_dir: str) -> None:
-    """Copy the demonstrations and the base and warm-start eval trajectories of ``run_dir``."""
-    for name in _FILES:
+def saved_train_eval_matches(run_dir: str, train_evaluated: Sequence[TaskSpec]) -> bool:
+    """Whether ``run_dir`` evaluated its warm start on exactly the training tasks ``train_evaluated``."""
+    path = os.path.join(run_dir, "trajectories", "eval_warmstart_train.jsonl")
+    if not train_evaluated or not os.path.exists(path):
+        return False
+    return _task_ids(path) == sorted({t.instance_id for t in train_evaluated})
+
+
+def copy_trajectories(run_dir: str, trajectory_dir: str, train_evals: bool = False) -> None:
+    """Copy the demonstrations and the base and warm-start eval trajectories of ``run_dir`` (and its
+    warm start's evals on training tasks with ``train_evals``)."""
+    for name in _FILES + (_TRAIN_FILES if train_evals else ()):
         source = os.path.join(run_dir, "trajectories", f"{name}.jsonl")
         if os.path.exists(source):
             shutil.copyfile(source, os.path.join(trajectory_dir, f"{name}.jsonl"))

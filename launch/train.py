@@ -7,10 +7,11 @@
 ``--help`` answers at once); start Ray and the actors (``launch.session``); measure the base policy
 greedily on the eval split; warm-start on expert demonstrations that ran through the very same
 pipeline (``launch.phases``), or start from the warm start another run kept
-(``warmstart.from_run``, ``launch.shared_warmstart``); run the RL steps (``launch.steps``): each step's groups are scored by
-the Evaluator, normalised within each group, trained on, and the new weights go to the generator,
-with step checkpoints on a schedule (``train.resume`` continues from one); measure again; save;
-shut everything down, whatever happens.
+(``warmstart.from_run``, ``launch.shared_warmstart``); run the RL steps (``launch.steps``): each
+step's groups are scored by the Evaluator, normalised within each group, trained on, and the new
+weights go to the generator, with step checkpoints on a schedule (``train.resume`` continues from
+one); measure again (on training tasks too, before and after, with ``train.eval_train_tasks``);
+save; shut everything down, whatever happens.
 
 Left out on purpose: an LR schedule (constant LR, so nothing to checkpoint for it), partial-step
 updates (a step's whole batch makes each optimizer step: ``learner.epochs_per_step`` of them, one
@@ -48,6 +49,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     train_split = load_split(cfg, "train", cfg.train.curation_pool)
     eval_split = load_split(cfg, "eval", cfg.train.eval_tasks_limit)
     train_tasks, eval_tasks = interleaved(train_split), interleaved(eval_split)
+    train_evaluated = train_tasks[: cfg.train.eval_train_tasks]  # learnt where it trained?
     expert = run_expert(cfg, train_split, eval_split) if cfg.warmstart.enabled else None
     stream = TaskStream(train_tasks, cfg.seed)
     resume = resolve_resume(cfg.train.resume, cfg.checkpoint_dir)
@@ -73,7 +75,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
         first_step = 1
 
         if saved is not None:  # another run's warm start and its evals (launch.shared_warmstart)
-            results |= await adopt(s, stream, saved)
+            results |= await adopt(s, stream, saved, train_evaluated)
         elif resume is None:
             results["base"] = await evaluate(s, eval_tasks, "base", 0)
             if expert is not None:
@@ -95,9 +97,15 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
                 flush=True,
             )
 
+        start = "warmstart" if expert is not None or saved is not None else "base"
+        if train_evaluated and resume is None and f"{start}_train" not in results:
+            results[f"{start}_train"] = await evaluate(s, train_evaluated, f"{start}_train", 0)
+
         await run_steps(s, tasks, eval_tasks, first_step)
 
         results["final"] = await evaluate(s, eval_tasks, "final", cfg.train.steps)
+        if train_evaluated:
+            results["final_train"] = await evaluate(s, train_evaluated, "final_train", cfg.train.steps)
         await s.actors.trainer.save_checkpoint(cfg.checkpoint_dir)
         s.reporter.summary({f"{phase}/{k}": v for phase, m in results.items() for k, v in m.items()})
     print(closing_table(read_run(cfg.run_dir, cfg.train.steps)), flush=True)

@@ -235,6 +235,11 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     eval_samples: int = 0
     """Besides the greedy episode, this many episodes per eval task sampled at rollout.temperature
     (logged as ``eval_sampled/<phase>``); 0: greedy only."""
+    eval_train_tasks: int = 0
+    """Also evaluate the starting policy (warm start, else base) and the final one greedily on this
+    many training tasks, the first of the pool (``curation_pool``'s tasks when set), as the evals
+    ``<start>_train`` and ``final_train``: whether RL learns the tasks it trains on, apart from
+    whether that carries over to the eval tasks. 0: none."""
     eval_observation_rule: ObservationRule | None = None
     """The observation rule of evaluations when it differs from training's (``null``:
     rollout.observation_rule): a policy trained on full observations evaluated under a compressing
@@ -259,8 +264,13 @@ class TrainConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     (a fresh start if there is none). The run continues at the next step with the same data order."""
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.eval_every < 0 or self.eval_tasks_limit < 1 or self.eval_samples < 0:
-            raise ValueError("train: steps, eval_every and eval_samples must be >= 0, eval_tasks_limit >= 1")
+        if (
+            min(self.steps, self.eval_every, self.eval_samples, self.eval_train_tasks) < 0
+            or self.eval_tasks_limit < 1
+        ):
+            raise ValueError(
+                "train: steps, eval_every, eval_samples and eval_train_tasks must be >= 0, eval_tasks_limit >= 1"
+            )
         if self.curation_samples < 0 or (self.curation_pool is not None and self.curation_pool < 1):
             raise ValueError("train.curation_samples must be >= 0 and train.curation_pool >= 1 (or null)")
         if self.curation_every is not None and self.curation_every < 1:

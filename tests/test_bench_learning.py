@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -43,22 +44,33 @@ def config_of(bench: Bench, run_name: str) -> RunConfig:
     return next(cfg for _, _, cfg in bench.trials if cfg.run_name == run_name)
 
 
-def write_run(cfg: RunConfig, evals: dict[str, list[bool]], step_s: list[float]) -> None:
-    """What a training run of ``cfg`` writes: per phase one greedy episode per task of ``TASKS``
-    (its success given), and a metrics row per step with its seconds."""
+Outcomes = list[bool] | dict[str, bool]
+"""Per task of ``TASKS`` in order, or per named task."""
+
+
+def write_run(
+    cfg: RunConfig, evals: dict[str, Outcomes], step_s: list[float], trained: Sequence[str] = ()
+) -> None:
+    """What a training run of ``cfg`` writes: per phase one greedy episode per task (its success
+    given), a first step's episodes on the ``trained`` tasks, and a metrics row per step with its seconds."""
     run_dir = Path(cfg.run_dir)
     (run_dir / "trajectories").mkdir(parents=True)
-    for phase, successes in evals.items():
-        lines = [msgspec.json.encode(episode(t, ok)) for t, ok in zip(TASKS, successes, strict=True)]
-        (run_dir / "trajectories" / f"eval_{phase}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    written = {**evals, "step_0001": dict.fromkeys(trained, False)} if trained else evals
+    for phase, successes in written.items():
+        outcomes = successes if isinstance(successes, dict) else dict(zip(TASKS, successes, strict=True))
+        lines = [msgspec.json.encode(episode(t, ok)) for t, ok in outcomes.items()]
+        name = phase if phase.startswith("step_") else f"eval_{phase}"
+        (run_dir / "trajectories" / f"{name}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     rows = [{"phase": "eval/base", "step": 0, "success": 0.0}]
     rows += [{"phase": "train", "step": i + 1, "step_s": s} for i, s in enumerate(step_s)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def write_trial(cfg: RunConfig, evals: dict[str, list[bool]], step_s: list[float]) -> None:
+def write_trial(
+    cfg: RunConfig, evals: dict[str, Outcomes], step_s: list[float], trained: Sequence[str] = ()
+) -> None:
     """A finished trial of ``cfg``: its run, and its record as ``run_trials`` writes it."""
-    write_run(cfg, evals, step_s)
+    write_run(cfg, evals, step_s, trained)
     results = read_run(cfg.run_dir, cfg.train.steps)
     Path(cfg.run_dir, DONE).write_bytes(msgspec.json.encode({"config": to_dict(cfg), "results": results}))
 
@@ -219,6 +231,58 @@ def test_the_report_pairs_rl_with_the_warm_start_per_task_and_seed(tmp_path):
     assert line.endswith("seeds=2 tasks=4")
     assert json.loads((tmp_path / "learning.json").read_text())["tasks"] == 4
     assert (tmp_path / "learning.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_gain_on_training_tasks_is_reported_apart_over_all_and_over_those_trained_on(tmp_path, capsys):
+    from launch.bench.learning_report import format_tables
+
+    train = ("calc-train-0000", "calc-train-0001", "calc-train-0002")
+    bench = plan(parse_args(["--seeds", "2", "--steps", "1", "--out", str(tmp_path)]))
+    # seed 0 trained on the first two and gains (1, 0, 0); seed 1 on all three and gains (1, 1, 0)
+    runs = [
+        ((False, False, True), (True, False, True), train[:2]),
+        ((False,) * 3, (True, True, False), train),
+    ]
+    for seed, (start, final, trained) in enumerate(runs):
+        evals: dict[str, Outcomes] = {"base": [False] * 4, "warmstart": [False] * 4, "final": [True] * 4}
+        evals["warmstart_train"] = dict(zip(train, start, strict=True))
+        evals["final_train"] = dict(zip(train, final, strict=True))
+        write_trial(config_of(bench, f"grpo-s{seed}"), evals, [5.0], trained)
+    trials = [read_run(str(tmp_path / f"grpo-s{s}"), 1, "grpo", s) for s in (0, 1)]
+    assert trials[0].trained == list(train[:2]) and trials[0].evals["final_train"].step == 1
+    result = analyse(bench, trials)
+    grpo = result["arms"]["grpo"]
+    assert [p["step"] for p in grpo["curve"]] == [0, 1] and result["tasks"] == 4  # eval tasks only
+    on_train = grpo["train_tasks"]
+    assert on_train["groups"] == {"all": 3, "trained": 2}
+    gains = {0: dict(zip(train, (1, 0, 0), strict=True)), 1: dict(zip(train, (1, 1, 0), strict=True))}
+    assert on_train["rl_minus_start"]["all"] == pytest.approx(seeds_and_tasks_mean_and_stderr(gains))
+    assert on_train["rl_minus_start"]["trained"][0] == 0.75
+    assert on_train["phases"]["warmstart_train"]["all"][0] == pytest.approx(1 / 6)
+    assert "RL - start" in format_tables(result) and "trained (2)" in format_tables(result)
+    assert closing_table(trials[0]).splitlines()[-1] == (
+        "on training tasks (train.eval_train_tasks), final - start paired by task: "
+        "all (3) +0.33 ± 0.33, trained (2) +0.50 ± 0.50"
+    )
+    report(bench)  # from the trials' records: the training tasks travel with them
+    assert "on training tasks" in capsys.readouterr().out
+
+
+def test_a_trial_recorded_before_an_option_was_added_counts_while_the_option_is_at_its_default(tmp_path):
+    from launch.bench.learning import finished
+
+    bench = plan(parse_args(["--seeds", "1", "--steps", "1", "--out", str(tmp_path)]))
+    cfg = config_of(bench, "grpo-s0")
+    write_trial(cfg, {"base": [False] * 4, "warmstart": [False] * 4, "final": [True] * 4}, [1.0])
+    record = json.loads(Path(cfg.run_dir, DONE).read_text())
+    del record["config"]["train"]["eval_train_tasks"]  # as a record written before the option was
+    Path(cfg.run_dir, DONE).write_text(json.dumps(record))
+    assert finished(cfg)
+    asking_more = msgspec.structs.replace(cfg, train=msgspec.structs.replace(cfg.train, eval_train_tasks=2))
+    assert not finished(asking_more)
+    record["config"]["train"]["a_removed_option"] = 1  # no longer loads: not the same trial
+    Path(cfg.run_dir, DONE).write_text(json.dumps(record))
+    assert not finished(cfg)
 
 
 def test_a_trials_record_alone_carries_it_to_another_machine(tmp_path, monkeypatch):

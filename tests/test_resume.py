@@ -36,6 +36,7 @@ def command(tmp_path: Path, *extra: str) -> list[str]:
         "train.checkpoint_every=1",
         "train.eval_tasks_limit=1",
         "train.eval_samples=2",
+        "train.eval_train_tasks=1",
         "rollout.tasks_per_step=2",
         "rollout.group_size=2",
         "rollout.max_turns=1",
@@ -101,6 +102,17 @@ def test_a_killed_run_resumes_at_the_next_step_with_the_same_data_order(tmp_path
     assert len(sampled) == 2 and "eval_sampled/final" in (run_dir / "metrics.jsonl").read_text()
     # the closing table read the run back: the evals with standard errors
     assert re.search(r"^final +[\d.]+ ± [\d.]+", resumed.stdout, re.MULTILINE), resumed.stdout[-2000:]
+    # train.eval_train_tasks: the first run evaluated its start on a training task, the resumed one
+    # did not again, and evaluated its end there too
+    first_train_task = load_tasks(TASKS)[0].instance_id
+    for phase in ("base_train", "final_train"):
+        greedy = (run_dir / "trajectories" / f"eval_{phase}.jsonl").read_text().splitlines()
+        assert [json.loads(line)["task_id"] for line in greedy] == [first_train_task]
+    phases = [json.loads(line)["phase"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert phases.count("eval/base_train") == 1 and phases.count("eval/final_train") == 1
+    assert (
+        "on training tasks (train.eval_train_tasks), final - start paired by task: all (1)" in resumed.stdout
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -69,3 +69,23 @@ def test_evaluations_on_other_tasks_are_refused(tmp_path: Path) -> None:
         SpecError, match=r"not on this run's eval tasks \(2 there, 3 here; .*calc-eval-seen-0002"
     ):
         read_saved(str(run), TASKS, eval_samples=0)
+
+
+def test_the_warm_starts_eval_on_training_tasks_is_adopted_only_when_on_this_runs(tmp_path: Path) -> None:
+    from launch.shared_warmstart import copy_trajectories, saved_train_eval_matches
+
+    train = [TaskSpec(instance_id=f"calc-train-{i:04d}", instruction="x") for i in range(2)]
+    run = saved_run(tmp_path, ROWS + [{"phase": "eval/warmstart_train", "step": 0, "success": 0.5}])
+    records = read_saved(str(run), TASKS, eval_samples=0).records
+    assert records[-1]["phase"] == "eval/warmstart_train"
+    assert not saved_train_eval_matches(str(run), train)  # it evaluated no training task
+    lines = [json.dumps({"task_id": t.instance_id}) for t in train]
+    (run / "trajectories" / "eval_warmstart_train.jsonl").write_text("\n".join(lines) + "\n")
+    assert saved_train_eval_matches(str(run), train)
+    assert not saved_train_eval_matches(str(run), train[:1]) and not saved_train_eval_matches(str(run), [])
+    for train_evals in (False, True):
+        target = tmp_path / f"copy-{train_evals}"
+        target.mkdir()
+        copy_trajectories(str(run), str(target), train_evals=train_evals)
+        assert (target / "eval_warmstart_train.jsonl").exists() == train_evals
+        assert (target / "eval_warmstart.jsonl").exists()

@@ -100,6 +100,7 @@ def test_unknown_yaml_keys_are_all_reported_with_the_file(tmp_path: Path) -> Non
         ("max_staleness=-1", "max_staleness must be >= 0"),
         ("rollout.retries=-1", "rollout.retries must be >= 0"),
         ("train.checkpoint_every=-2", "train.checkpoint_every must be >= 0"),
+        ("train.eval_train_tasks=-1", "eval_train_tasks must be >= 0"),
         ("algorithm.tool_reward=true", None),
         ("algorithm.returns=adoption", None),
         ("env.node_groups={gpu: {backend: docker}}", "env.node_groups needs env.node_resource"),

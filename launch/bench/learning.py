@@ -46,7 +46,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -208,14 +208,29 @@ def record_of(cfg: RunConfig) -> dict[str, object] | None:
 
 
 def trained_by(config: object) -> object:
-    """``config`` (a ``to_dict`` of a run config) without ``wandb`` and the ``NOT_TRAINING`` fields."""
+    """``config`` (a ``to_dict`` of a run config) as it would be written today (``as_today``), without
+    ``wandb`` and the ``NOT_TRAINING`` fields."""
     if not isinstance(config, dict):
         return config
-    kept = {k: v for k, v in config.items() if k != "wandb"}
+    kept = {k: v for k, v in as_today(config).items() if k != "wandb"}
     for section, fields in NOT_TRAINING.items():
         if isinstance(kept.get(section), dict):
             kept[section] = {k: v for k, v in kept[section].items() if k not in fields}
     return kept
+
+
+def as_today(config: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config with the fields added since it was written at their defaults, so that a new
+    option left at its default does not make every recorded trial run again; as recorded when it
+    no longer loads (a field removed or retyped since: not the same trial)."""
+    import msgspec
+
+    from specs.config import to_dict
+
+    try:
+        return to_dict(msgspec.convert(config, RunConfig, strict=False))
+    except (msgspec.ValidationError, ValueError):
+        return config
 
 
 def finished(cfg: RunConfig) -> bool:

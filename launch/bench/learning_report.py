@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from launch.run_results import ALL, Trial, groups_of
+from launch.run_results import ALL, Trial, groups_of, start_train_phase
 from policies.stats import mean_and_stderr, seeds_and_tasks_mean_and_stderr
 
 if TYPE_CHECKING:
@@ -90,15 +90,41 @@ def analyse(bench: Bench, trials: Sequence[Trial]) -> dict[str, Any]:
             s_tasks = common_tasks(ts, sampled)
             s = {p: table(ts, p, "success", s_tasks) for p in sampled}
             row["sampled"] = {p: by_group(v, groups_of(s_tasks)) for p, v in s.items()}
+        on_train = train_task_rows(ts)
+        if on_train is not None:
+            row["train_tasks"] = on_train
         out["arms"][arm] = row
     if bench.ablation is not None:
         out["ablation"] = compare_arms(bench, of_arm, tasks, groups, steps)
     return out
 
 
+def train_task_rows(trials: Sequence[Trial]) -> dict[str, Any] | None:
+    """Greedy success on the training tasks every trial evaluated (``train.eval_train_tasks``) at its
+    start and at the end, and the paired gain: over ``all`` of them and over those ``trained`` on in
+    every trial; ``None`` when a trial did not evaluate so."""
+    starts = {start_train_phase(t.evals) for t in trials}
+    if len(starts) != 1 or not all("final_train" in t.evals for t in trials):
+        return None
+    start = starts.pop()
+    if start is None:
+        return None
+    tasks = common_tasks(trials, (start, "final_train"))
+    trained = set.intersection(*(set(t.trained) for t in trials))
+    groups = {g: ts for g, ts in ((ALL, tasks), ("trained", [i for i in tasks if i in trained])) if ts}
+    if not groups:
+        return None
+    success = {p: table(trials, p, "success", tasks) for p in (start, "final_train")}
+    return {
+        "groups": {g: len(ts) for g, ts in groups.items()},
+        "phases": {p: by_group(v, groups) for p, v in success.items()},
+        "rl_minus_start": by_group(difference(success["final_train"], success[start]), groups),
+    }
+
+
 def curve(trials: Sequence[Trial], tasks: Sequence[str], steps: int) -> list[dict[str, float]]:
-    """Success (greedy, all tasks) at each eval every trial ran, warm start first."""
-    keys = [k for k in trials[0].evals if not k.endswith("_sampled") and k != "base"]
+    """Success (greedy, all eval tasks) at each eval every trial ran, warm start first."""
+    keys = [k for k in trials[0].evals if not k.endswith(("_sampled", "_train")) and k != "base"]
     keys = [k for k in keys if all(k in t.evals for t in trials)]
     points = []
     for key in sorted(keys, key=lambda k: trials[0].evals[k].step):
@@ -160,12 +186,26 @@ def format_tables(result: Mapping[str, Any]) -> str:
             lines.append(f"{arm:<16}{phase:<20}" + "".join(f"{cell(values[g]):>16}" for g in groups))
         for phase, values in row.get("sampled", {}).items():
             lines.append(
-                f"{arm:<16}{phase:<20}" + "".join(f"{cell(values.get(g, (0, 0))):>16}" for g in groups)
+                f"{arm:<16}{phase:<20}"
+                + "".join(f"{cell(values[g]) if g in values else '':>16}" for g in groups)
             )
         gain = row["rl_minus_warmstart"]
         lines.append(
             f"{arm:<16}{'RL - warm start':<20}" + "".join(f"{cell(gain[g], True):>16}" for g in groups)
         )
+    for arm, row in result["arms"].items():
+        on_train = row.get("train_tasks")
+        if on_train is None:
+            continue
+        counts = on_train["groups"]
+        lines.append(
+            f"{'arm':<16}{'on training tasks':<20}"
+            + "".join(f"{f'{g} ({n})':>16}" for g, n in counts.items())
+        )
+        for phase, values in on_train["phases"].items():
+            lines.append(f"{arm:<16}{phase:<20}" + "".join(f"{cell(values[g]):>16}" for g in counts))
+        gain = on_train["rl_minus_start"]
+        lines.append(f"{arm:<16}{'RL - start':<20}" + "".join(f"{cell(gain[g], True):>16}" for g in counts))
     ablation = result.get("ablation")
     if ablation:
         ref, treat = ablation["reference"], ablation["treatment"]
