@@ -2,7 +2,8 @@
 
 ``launch.report.Reporter`` writes ``<run_dir>/trajectories/eval_<phase>.jsonl`` per eval (``base``,
 ``warmstart``, ``step<k>``, ``final``; ``eval_<phase>_sampled.jsonl`` with ``train.eval_samples``;
-``eval_warmstart_train`` and ``eval_final_train`` on training tasks with ``train.eval_train_tasks``),
+``eval_<start>_train`` (``warmstart`` or ``base``) and ``eval_final_train`` on training tasks with
+``train.eval_train_tasks``),
 ``step_<k>.jsonl`` per training step and ``<run_dir>/metrics.jsonl`` (a ``train`` row per step,
 with its ``step_s``). ``read_run`` turns them into a ``Trial``: each eval's
 ``policies.metrics.per_episode`` metrics per task (the mean over the task's scored episodes), the
@@ -179,12 +180,6 @@ def closing_table(trial: Trial) -> str:
     return "\n".join(lines)
 
 
-def train_task_groups(trial: Trial, tasks: Sequence[str]) -> dict[str, list[str]]:
-    """``all`` of ``tasks`` (training tasks evaluated), and those the run ``trained`` on."""
-    trained = set(trial.trained)
-    return {ALL: list(tasks), "trained": [t for t in tasks if t in trained]}
-
-
 def start_train_phase(evals: Mapping[str, object]) -> str | None:
     """The eval of the starting policy on training tasks: ``warmstart_train``, else ``base_train``."""
     return next((p for p in ("warmstart_train", "base_train") if p in evals), None)
@@ -200,8 +195,9 @@ def train_task_gains(trial: Trial) -> dict[str, tuple[int, float, float]]:
         return {}
     final, first = (trial.evals[p].per_task["success"] for p in ("final_train", start))
     tasks = sorted(set(final) & set(first))
+    groups = {ALL: tasks, "trained": [i for i in tasks if i in set(trial.trained)]}
     return {
         group: (len(members), *mean_and_stderr(final[i] - first[i] for i in members))
-        for group, members in train_task_groups(trial, tasks).items()
+        for group, members in groups.items()
         if members
     }
