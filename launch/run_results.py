@@ -195,7 +195,8 @@ def train_task_gains(trial: Trial) -> dict[str, tuple[int, float, float]]:
         return {}
     final, first = (trial.evals[p].per_task["success"] for p in ("final_train", start))
     tasks = sorted(set(final) & set(first))
-    groups = {ALL: tasks, "trained": [i for i in tasks if i in set(trial.trained)]}
+    trained = set(trial.trained)
+    groups = {ALL: tasks, "trained": [i for i in tasks if i in trained]}
     return {
         group: (len(members), *mean_and_stderr(final[i] - first[i] for i in members))
         for group, members in groups.items()
