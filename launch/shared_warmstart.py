@@ -29,6 +29,7 @@ import msgspec
 
 from actors.placement import publish_weights
 from launch.checkpoints import Progress, read_progress, write_progress
+from launch.run_results import task_ids
 from launch.session import Session
 from launch.tasks import TaskStream
 from specs.errors import SpecError
@@ -93,9 +94,8 @@ def read_saved(run_dir: str, eval_tasks: Sequence[TaskSpec], eval_samples: int) 
 
 def _task_ids(path: str) -> list[str]:
     try:
-        with open(path, "rb") as f:
-            return sorted({msgspec.json.decode(line)["task_id"] for line in f if line.strip()})
-    except (OSError, msgspec.DecodeError, KeyError) as e:
+        return sorted(task_ids(path))
+    except (OSError, msgspec.DecodeError) as e:
         raise SpecError(path, "warmstart.from_run", f"unreadable eval trajectories: {e}") from None
 
 
