@@ -66,6 +66,11 @@ def write_run(
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def append_rows(run_dir: str, *rows: dict[str, object]) -> None:
+    with open(Path(run_dir, "metrics.jsonl"), "a") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def write_trial(
     cfg: RunConfig, evals: dict[str, Outcomes], step_s: list[float], trained: Sequence[str] = ()
 ) -> None:
@@ -492,3 +497,73 @@ def test_an_interrupted_trial_goes_on_from_its_last_step_checkpoint_when_it_kept
     run_trials(plain, verbose=False)
     run_trials(plain, verbose=False)
     assert attempts == [("grpo-s0", None), ("grpo-s0", None)]
+
+
+def test_a_trial_planned_longer_goes_on_from_the_shorter_runs_last_step_and_keeps_its_final_eval(
+    tmp_path, monkeypatch
+):
+    import launch.train
+    from launch.bench.learning import STARTED, finished, run_trials
+    from launch.checkpoints import Progress, step_dir, write_progress
+
+    attempts = []
+
+    async def fake_train(cfg, verbose=False):
+        attempts.append((cfg.train.steps, cfg.train.resume))
+        if cfg.train.resume is None:  # the shorter run: evals, a checkpoint per step, its final eval
+            write_run(
+                cfg,
+                {"base": [False] * 4, "warmstart": [False] * 4, "final": [True, False, False, False]},
+                [1.0],
+            )
+            append_rows(cfg.run_dir, {"phase": "eval/final", "step": 1, "success": 0.25})
+            os.makedirs(step_dir(cfg.checkpoint_dir, 1))
+            write_progress(step_dir(cfg.checkpoint_dir, 1), Progress(step=1, version=1, position=4))
+            return 0
+        folder = Path(cfg.run_dir, "trajectories")
+        (folder / "eval_final.jsonl").write_bytes(
+            b"".join(msgspec.json.encode(episode(t, True)) + b"\n" for t in TASKS)
+        )
+        append_rows(cfg.run_dir, {"phase": "train", "step": 2, "step_s": 2.0})
+        return 0
+
+    monkeypatch.setattr(launch.train, "train", fake_train)
+    args = ["--seeds", "1", "--out", str(tmp_path), "train.checkpoint_every=1"]
+    short = plan(parse_args([*args, "--steps", "1"]))
+    assert run_trials(short, verbose=False) == [] and finished(config_of(short, "grpo-s0"))
+
+    longer = plan(parse_args([*args, "--steps", "2"]))
+    cfg = config_of(longer, "grpo-s0")
+    assert run_trials(longer, verbose=False) == []
+    assert attempts == [(1, None), (2, step_dir(cfg.checkpoint_dir, 1))]
+    assert finished(cfg) and not finished(config_of(short, "grpo-s0"))
+    assert json.loads(Path(cfg.run_dir, STARTED).read_text())["config"]["train"]["steps"] == 2
+    trial = read_run(cfg.run_dir, 2)
+    assert trial.evals["step1"].step == 1 and trial.evals["step1"].per_task["success"][TASKS[0]] == 1.0
+    assert trial.evals["final"].step == 2 and sum(trial.evals["final"].per_task["success"].values()) == 4
+    assert trial.step_s == {1: 1.0, 2: 2.0}
+    phases = [
+        json.loads(line)["phase"] for line in Path(cfg.run_dir, "metrics.jsonl").read_text().splitlines()
+    ]
+    assert "eval/step1" in phases and "eval/final" not in phases  # the fake longer run logged no final row
+
+    # Planned shorter again: not a lengthening, so it starts afresh.
+    attempts.clear()
+    run_trials(plan(parse_args([*args, "--steps", "1"])), verbose=False)
+    assert attempts == [(1, None)]
+
+
+def test_lengthening_from_before_the_shorter_runs_last_step_drops_its_final_eval(tmp_path):
+    from launch.bench.learning import lengthen
+
+    cfg = load_run_config(None, [f"output_dir={tmp_path}", "train.steps=3"])
+    write_run(
+        cfg, {"warmstart": [False] * 4, "final": [True] * 4, "final_train": [True] * 4}, [1.0, 1.0, 1.0]
+    )
+    append_rows(cfg.run_dir, {"phase": "eval/final", "step": 3}, {"step": 3, "note": 1})
+    Path(cfg.run_dir, DONE).write_text("{}")
+    lengthen(cfg.run_dir, 3, resumed_at=2)  # step 3's checkpoint was never written
+    assert sorted(os.listdir(Path(cfg.run_dir, "trajectories"))) == ["eval_warmstart.jsonl"]
+    rows = [json.loads(line) for line in Path(cfg.run_dir, "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("phase") for r in rows] == ["eval/base", "train", "train", "train", None]
+    assert not Path(cfg.run_dir, DONE).exists()

@@ -21,7 +21,10 @@ seconds, with SE bands), the same in a W&B run of its own (the trials' runs are 
 and each trial's run directory. A trial that finished with the same config is not run again: rerun
 the same command to finish an interrupted bench. A trial left unfinished starts afresh, unless it
 saved step checkpoints (``train.checkpoint_every=1`` among the overrides): then it goes on from its
-last one (``resumable``), so that a trial longer than a session can be finished in the next.
+last one (``resumable``), so that a trial longer than a session can be finished in the next. A
+trial planned with more steps than one that ran (``--steps`` raised, nothing else changed) goes on
+from that run's last step checkpoint rather than starting again (``lengthen``): its final eval is
+kept as an eval at that step, and the longer trial replaces the shorter.
 
 The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
 
@@ -241,25 +244,82 @@ def finished(cfg: RunConfig) -> bool:
     return isinstance(config, dict) and trained_by(config) == trained_by(to_dict(cfg))
 
 
-def resumable(cfg: RunConfig) -> str | None:
-    """The step checkpoint an interrupted attempt at ``cfg``'s trial left, when that attempt
-    started with this config (``STARTED``); else None (the trial starts afresh)."""
+def resumable(cfg: RunConfig) -> tuple[str, int] | None:
+    """The step checkpoint an earlier attempt at ``cfg``'s trial left, and the steps that attempt
+    planned, when it started with this config (``STARTED``) or with this config but fewer steps (a
+    trial being lengthened, ``lengthens``); else None (the trial starts afresh)."""
     import json
 
     from launch.checkpoints import resolve_resume
-    from specs.config import to_dict
 
     try:
         with open(os.path.join(cfg.run_dir, STARTED)) as f:
             started = json.load(f)
     except (OSError, ValueError):
         return None
-    if not isinstance(started, dict) or trained_by(started.get("config")) != trained_by(to_dict(cfg)):
+    earlier = started.get("config") if isinstance(started, dict) else None
+    planned = lengthens(earlier, cfg)
+    if planned is None:
         return None
     try:
-        return resolve_resume("auto", cfg.checkpoint_dir)
+        checkpoint = resolve_resume("auto", cfg.checkpoint_dir)
     except (OSError, ValueError):  # a damaged checkpoint: start afresh rather than fail the bench
         return None
+    return None if checkpoint is None else (checkpoint, planned)
+
+
+def lengthens(earlier: object, cfg: RunConfig) -> int | None:
+    """The steps ``earlier`` (a recorded config) planned when ``cfg`` is the same trial trained for
+    as many steps or more; else None. With a constant learning rate and the task stream and
+    curation in the step checkpoint, going on from a shorter run's last step is the longer run."""
+    from specs.config import to_dict
+
+    train = earlier.get("train") if isinstance(earlier, dict) else None
+    steps = train.get("steps") if isinstance(train, dict) else None
+    if not isinstance(steps, int) or steps > cfg.train.steps:
+        return None
+    as_long = {**earlier, "train": {**train, "steps": cfg.train.steps}}  # type: ignore[dict-item]
+    return steps if trained_by(as_long) == trained_by(to_dict(cfg)) else None
+
+
+def lengthen(run_dir: str, steps: int, resumed_at: int) -> None:
+    """A run planned for ``steps`` steps made the start of a longer one, going on after step
+    ``resumed_at``. When that is its last step, its final evals become that step's (``eval_final*``
+    -> ``eval_step<steps>*``, in its trajectories and ``metrics.jsonl``: what a longer run with an
+    eval at that step writes); from an earlier step they are of a policy the longer run will not
+    have, and go. Its record (``DONE``) goes too: the longer trial replaces the shorter one."""
+    import json
+
+    def renamed(phase: str, prefix: str) -> str | None:
+        return prefix + f"step{steps}" + phase[len(prefix) + len("final") :] if resumed_at == steps else None
+
+    folder = os.path.join(run_dir, "trajectories")
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        if name.startswith("eval_final"):
+            new_name, path = renamed(name, "eval_"), os.path.join(folder, name)
+            if new_name is None:
+                os.remove(path)
+            else:
+                os.replace(path, os.path.join(folder, new_name))
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    if os.path.isfile(metrics):
+        with open(metrics) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        kept = []
+        for row in rows:
+            phase = str(row.get("phase", ""))
+            if phase.startswith("eval/final"):
+                row["phase"] = renamed(phase, "eval/")
+                if row["phase"] is None:
+                    continue
+            kept.append(row)
+        with open(metrics + ".tmp", "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in kept)
+        os.replace(metrics + ".tmp", metrics)
+    try:
+        os.remove(os.path.join(run_dir, DONE))
+    except FileNotFoundError:
+        pass
 
 
 def code_version() -> str:
@@ -331,6 +391,7 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
     import anyio
     import msgspec
 
+    from launch.checkpoints import read_progress
     from launch.run_results import read_run
     from launch.train import train
     from specs.config import to_dict
@@ -351,8 +412,8 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
                 flush=True,
             )
             continue
-        checkpoint = resumable(cfg)
-        if checkpoint is None:
+        earlier = resumable(cfg)
+        if earlier is None:
             print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: {cfg.run_dir}", flush=True)
             shutil.rmtree(cfg.run_dir, ignore_errors=True)  # what an interrupted attempt left: not a result
             os.makedirs(cfg.run_dir)
@@ -360,7 +421,20 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
                 f.write(msgspec.json.encode({"code": code, "config": to_dict(cfg)}))
             run_cfg = cfg
         else:  # its own warm start and evals are in the run directory already
-            print(f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: going on from {checkpoint}", flush=True)
+            checkpoint, shorter = earlier
+            longer = (
+                f" (lengthened from {shorter} to {cfg.train.steps} steps)"
+                if shorter < cfg.train.steps
+                else ""
+            )
+            print(
+                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: going on from {checkpoint}{longer}",
+                flush=True,
+            )
+            if longer:
+                lengthen(cfg.run_dir, shorter, read_progress(checkpoint).step)
+                with open(os.path.join(cfg.run_dir, STARTED), "wb") as f:
+                    f.write(msgspec.json.encode({"code": code, "config": to_dict(cfg)}))
             run_cfg = msgspec.structs.replace(
                 cfg,
                 train=msgspec.structs.replace(cfg.train, resume=checkpoint),
