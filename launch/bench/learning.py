@@ -290,31 +290,31 @@ def lengthen(run_dir: str, steps: int, resumed_at: int) -> None:
     have, and go. Its record (``DONE``) goes too: the longer trial replaces the shorter one."""
     import json
 
-    def renamed(phase: str, prefix: str) -> str | None:
-        return prefix + f"step{steps}" + phase[len(prefix) + len("final") :] if resumed_at == steps else None
+    kept = resumed_at == steps
+
+    def at_step(name: str, prefix: str) -> str:  # eval_final_train.jsonl -> eval_step6_train.jsonl
+        return f"{prefix}step{steps}{name[len(prefix) + len('final') :]}"
 
     folder = os.path.join(run_dir, "trajectories")
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
         if name.startswith("eval_final"):
-            new_name, path = renamed(name, "eval_"), os.path.join(folder, name)
-            if new_name is None:
-                os.remove(path)
+            path = os.path.join(folder, name)
+            if kept:
+                os.replace(path, os.path.join(folder, at_step(name, "eval_")))
             else:
-                os.replace(path, os.path.join(folder, new_name))
+                os.remove(path)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if os.path.isfile(metrics):
         with open(metrics) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        kept = []
-        for row in rows:
-            phase = str(row.get("phase", ""))
-            if phase.startswith("eval/final"):
-                row["phase"] = renamed(phase, "eval/")
-                if row["phase"] is None:
-                    continue
-            kept.append(row)
         with open(metrics + ".tmp", "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in kept)
+            for row in rows:
+                phase = str(row.get("phase", ""))
+                if phase.startswith("eval/final"):
+                    if not kept:
+                        continue
+                    row["phase"] = at_step(phase, "eval/")
+                f.write(json.dumps(row) + "\n")
         os.replace(metrics + ".tmp", metrics)
     try:
         os.remove(os.path.join(run_dir, DONE))
@@ -421,10 +421,10 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
                 f.write(msgspec.json.encode({"code": code, "config": to_dict(cfg)}))
             run_cfg = cfg
         else:  # its own warm start and evals are in the run directory already
-            checkpoint, shorter = earlier
+            checkpoint, earlier_steps = earlier
             longer = (
-                f" (lengthened from {shorter} to {cfg.train.steps} steps)"
-                if shorter < cfg.train.steps
+                f" (lengthened from {earlier_steps} to {cfg.train.steps} steps)"
+                if earlier_steps < cfg.train.steps
                 else ""
             )
             print(
@@ -432,7 +432,7 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
                 flush=True,
             )
             if longer:
-                lengthen(cfg.run_dir, shorter, read_progress(checkpoint).step)
+                lengthen(cfg.run_dir, earlier_steps, read_progress(checkpoint).step)
                 with open(os.path.join(cfg.run_dir, STARTED), "wb") as f:
                     f.write(msgspec.json.encode({"code": code, "config": to_dict(cfg)}))
             run_cfg = msgspec.structs.replace(
