@@ -43,6 +43,7 @@ each, with the same base overrides:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -316,10 +317,8 @@ def lengthen(run_dir: str, steps: int, resumed_at: int) -> None:
                     row["phase"] = at_step(phase, "eval/")
                 f.write(json.dumps(row) + "\n")
         os.replace(metrics + ".tmp", metrics)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(run_dir, DONE))
-    except FileNotFoundError:
-        pass
 
 
 def code_version() -> str:
@@ -422,13 +421,10 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
             run_cfg = cfg
         else:  # its own warm start and evals are in the run directory already
             checkpoint, earlier_steps = earlier
-            longer = (
-                f" (lengthened from {earlier_steps} to {cfg.train.steps} steps)"
-                if earlier_steps < cfg.train.steps
-                else ""
-            )
+            longer = earlier_steps < cfg.train.steps
+            note = f" (lengthened from {earlier_steps} to {cfg.train.steps} steps)" if longer else ""
             print(
-                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: going on from {checkpoint}{longer}",
+                f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: going on from {checkpoint}{note}",
                 flush=True,
             )
             if longer:
