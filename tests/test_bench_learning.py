@@ -567,3 +567,4 @@ def test_lengthening_from_before_the_shorter_runs_last_step_drops_its_final_eval
     rows = [json.loads(line) for line in Path(cfg.run_dir, "metrics.jsonl").read_text().splitlines()]
     assert [r.get("phase") for r in rows] == ["eval/base", "train", "train", "train", None]
     assert not Path(cfg.run_dir, DONE).exists()
+    assert Path(cfg.run_dir, "trial.3steps.json").read_text() == "{}"  # the shorter trial's record, kept

@@ -288,7 +288,7 @@ def lengthen(run_dir: str, steps: int, resumed_at: int) -> None:
     ``resumed_at``. When that is its last step, its final evals become that step's (``eval_final*``
     -> ``eval_step<steps>*``, in its trajectories and ``metrics.jsonl``: what a longer run with an
     eval at that step writes); from an earlier step they are of a policy the longer run will not
-    have, and go. Its record (``DONE``) goes too: the longer trial replaces the shorter one."""
+    have, and go. Its record (``DONE``) becomes ``trial.<steps>steps.json``: the longer one's replaces it."""
     import json
 
     kept = resumed_at == steps
@@ -317,8 +317,8 @@ def lengthen(run_dir: str, steps: int, resumed_at: int) -> None:
                     row["phase"] = at_step(phase, "eval/")
                 f.write(json.dumps(row) + "\n")
         os.replace(metrics + ".tmp", metrics)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(run_dir, DONE))
+    with contextlib.suppress(FileNotFoundError):  # kept, should the longer trial not finish
+        os.replace(os.path.join(run_dir, DONE), os.path.join(run_dir, f"trial.{steps}steps.json"))
 
 
 def code_version() -> str:
