@@ -14,8 +14,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from launch.bench.learning import ABLATIONS, DONE, Bench, main, parse_args, plan
+from launch.bench.learning import ABLATIONS, Bench, main, parse_args, plan
 from launch.bench.learning_report import analyse, last_line, report
+from launch.bench.trial_files import DONE
 from launch.run_results import closing_table, read_run, task_group
 from policies.stats import seeds_and_tasks_mean_and_stderr
 from specs.config import RunConfig, load_run_config, to_dict
@@ -132,7 +133,8 @@ def test_every_ablation_is_a_valid_config(tmp_path):
 
 
 def test_the_arms_of_an_ablation_share_the_first_arms_warm_start_once_it_kept_one(tmp_path):
-    from launch.bench.learning import finished, with_shared_warm_start
+    from launch.bench.learning import with_shared_warm_start
+    from launch.bench.trial_files import finished
 
     bench = plan(parse_args(["--ablation", "tool_bonus", "--seeds", "2", "--out", str(tmp_path)]))
     assert [c.warmstart.save for _, _, c in bench.trials] == [True, False, True, False]
@@ -274,7 +276,7 @@ def test_the_gain_on_training_tasks_is_reported_apart_over_all_and_over_those_tr
 
 
 def test_a_trial_recorded_before_an_option_was_added_counts_while_the_option_is_at_its_default(tmp_path):
-    from launch.bench.learning import finished
+    from launch.bench.trial_files import finished
 
     bench = plan(parse_args(["--seeds", "1", "--steps", "1", "--out", str(tmp_path)]))
     cfg = config_of(bench, "grpo-s0")
@@ -442,7 +444,7 @@ def test_a_trial_records_its_code_and_a_reuse_under_other_code_says_so(tmp_path,
 def test_code_version_names_this_checkout():
     import subprocess
 
-    from launch.bench.learning import code_version
+    from launch.bench.trial_files import code_version
 
     root = Path(__file__).resolve().parent.parent
     if not (root / ".git").exists():
@@ -454,7 +456,8 @@ def test_code_version_names_this_checkout():
 
 def test_an_interrupted_trial_goes_on_from_its_last_step_checkpoint_when_it_kept_one(tmp_path, monkeypatch):
     import launch.train
-    from launch.bench.learning import STARTED, finished, run_trials
+    from launch.bench.learning import run_trials
+    from launch.bench.trial_files import STARTED, finished
     from launch.checkpoints import Progress, step_dir, write_progress
 
     attempts = []
@@ -503,7 +506,8 @@ def test_a_trial_planned_longer_goes_on_from_the_shorter_runs_last_step_and_keep
     tmp_path, monkeypatch
 ):
     import launch.train
-    from launch.bench.learning import STARTED, finished, run_trials
+    from launch.bench.learning import run_trials
+    from launch.bench.trial_files import STARTED, finished
     from launch.checkpoints import Progress, step_dir, write_progress
 
     attempts = []
@@ -554,7 +558,7 @@ def test_a_trial_planned_longer_goes_on_from_the_shorter_runs_last_step_and_keep
 
 
 def test_lengthening_from_before_the_shorter_runs_last_step_drops_its_final_eval(tmp_path):
-    from launch.bench.learning import lengthen
+    from launch.bench.trial_files import lengthen
 
     cfg = load_run_config(None, [f"output_dir={tmp_path}", "train.steps=3"])
     write_run(

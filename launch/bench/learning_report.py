@@ -2,7 +2,7 @@
 
 Each trial's results, read by ``launch.run_results.read_run`` from its run directory when it
 finished (per eval, each metric per task; the steps' wall seconds), come from its ``trial.json``
-(``launch.bench.learning.recorded_trial``); then per arm the ``seeds × tasks`` tables that
+(``launch.bench.trial_files.recorded_trial``); then per arm the ``seeds × tasks`` tables that
 ``policies.stats.seeds_and_tasks_mean_and_stderr`` turns into means with standard errors, over the
 tasks every trial scored in every eval compared.
 Task groups come from the ids the domains' generators write (``calc-eval-heldout-0003``: group
@@ -292,7 +292,8 @@ def log_wandb(bench: Bench, result: Mapping[str, Any], png: str) -> None:
 def report(bench: Bench) -> str:
     """Read the trials that finished, print the tables, write ``learning.json`` and ``learning.png``
     (and to W&B); returns the bench's last line."""
-    from launch.bench.learning import finished, recorded_trial, with_shared_warm_start
+    from launch.bench.learning import with_shared_warm_start
+    from launch.bench.trial_files import finished, recorded_trial
 
     trials = []
     for arm, seed, planned in bench.trials:
