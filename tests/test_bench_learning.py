@@ -507,7 +507,7 @@ def test_a_trial_planned_longer_goes_on_from_the_shorter_runs_last_step_and_keep
 ):
     import launch.train
     from launch.bench.learning import run_trials
-    from launch.bench.trial_files import STARTED, finished
+    from launch.bench.trial_files import STARTED, finished, recorded_trial
     from launch.checkpoints import Progress, step_dir, write_progress
 
     attempts = []
@@ -540,7 +540,7 @@ def test_a_trial_planned_longer_goes_on_from_the_shorter_runs_last_step_and_keep
     cfg = config_of(longer, "grpo-s0")
     assert run_trials(longer, verbose=False) == []
     assert attempts == [(1, None), (2, step_dir(cfg.checkpoint_dir, 1))]
-    assert finished(cfg) and not finished(config_of(short, "grpo-s0"))
+    assert finished(cfg) and finished(config_of(short, "grpo-s0"))  # by the shorter one's kept record
     assert json.loads(Path(cfg.run_dir, STARTED).read_text())["config"]["train"]["steps"] == 2
     trial = read_run(cfg.run_dir, 2)
     assert trial.evals["step1"].step == 1 and trial.evals["step1"].per_task["success"][TASKS[0]] == 1.0
@@ -551,10 +551,33 @@ def test_a_trial_planned_longer_goes_on_from_the_shorter_runs_last_step_and_keep
     ]
     assert "eval/step1" in phases and "eval/final" not in phases  # the fake longer run logged no final row
 
-    # Planned shorter again: not a lengthening, so it starts afresh.
+    # Planned shorter again: the shorter trial's kept record is that trial, done; nothing is deleted.
     attempts.clear()
-    run_trials(plan(parse_args([*args, "--steps", "1"])), verbose=False)
-    assert attempts == [(1, None)]
+    again = plan(parse_args([*args, "--steps", "1"]))
+    assert run_trials(again, verbose=False) == [] and attempts == []
+    assert recorded_trial(config_of(again, "grpo-s0"), "grpo", 0).evals["final"].step == 1
+    assert finished(cfg)
+
+
+def test_a_plan_shorter_than_a_finished_trial_without_its_record_is_refused_not_run(tmp_path, monkeypatch):
+    import launch.train
+    from launch.bench.learning import run_trials
+
+    attempts = []
+
+    async def fake_train(cfg, verbose=False):
+        attempts.append(cfg.learner.lr)
+
+    monkeypatch.setattr(launch.train, "train", fake_train)
+    longer = config_of(plan(parse_args(["--seeds", "1", "--steps", "2", "--out", str(tmp_path)])), "grpo-s0")
+    write_trial(longer, {"base": [False] * 4, "warmstart": [False] * 4, "final": [True] * 4}, [1.0, 1.0])
+    shorter = plan(parse_args(["--seeds", "1", "--steps", "1", "--out", str(tmp_path)]))
+    (problem,) = run_trials(shorter, verbose=False)
+    assert "holds this trial run for 2 steps" in problem and "trial.1steps.json" in problem
+    assert attempts == [] and Path(longer.run_dir, DONE).is_file()
+    other = plan(parse_args(["--seeds", "1", "--steps", "1", "--out", str(tmp_path), "learner.lr=0.5"]))
+    run_trials(other, verbose=False)  # another trial in that directory: run afresh, as before
+    assert attempts == [0.5]
 
 
 def test_lengthening_from_before_the_shorter_runs_last_step_drops_its_final_eval(tmp_path):

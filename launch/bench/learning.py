@@ -24,7 +24,9 @@ saved step checkpoints (``train.checkpoint_every=1`` among the overrides): then 
 last one (``resumable``), so that a trial longer than a session can be finished in the next. A
 trial planned with more steps than one that ran (``--steps`` raised, nothing else changed) goes on
 from that run's last step checkpoint rather than starting again (``lengthen``): its final eval is
-kept as an eval at that step, and the longer trial replaces the shorter (``launch.bench.trial_files``).
+kept as an eval at that step, and the longer trial replaces the shorter, whose record stays for a
+plan with its steps (``launch.bench.trial_files``). A plan shorter than a finished trial that kept no
+record at its steps is refused for that trial rather than deleting it.
 
 The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
 
@@ -57,6 +59,7 @@ from launch.bench.trial_files import (  # noqa: E402  (no ML imports)
     finished,
     lengthen,
     mark_started,
+    ran_longer,
     recorded_code,
     resumable,
 )
@@ -229,6 +232,15 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
                 f"[{i}/{len(bench.trials)}] {arm.name} seed {seed}: done before ({cfg.run_dir}{since})",
                 flush=True,
             )
+            continue
+        ran_for = ran_longer(cfg)
+        if ran_for is not None:  # never delete a finished trial to run a shorter copy of it
+            problems.append(
+                f"{arm.name} seed {seed}: {cfg.run_dir} holds this trial run for {ran_for} steps, with no"
+                f" record at {cfg.train.steps} (trial.{cfg.train.steps}steps.json): running it afresh"
+                f" would delete that one; plan {ran_for} steps, or give another --out"
+            )
+            print(f"[{i}/{len(bench.trials)}] not run: {problems[-1]}", file=sys.stderr, flush=True)
             continue
         earlier = resumable(cfg)
         if earlier is None:

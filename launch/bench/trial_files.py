@@ -4,7 +4,8 @@ A trial of ``launch.bench.learning`` is one ordinary training run; these files i
 let a later command know what ran there: ``STARTED`` as it starts, ``DONE`` (``trial.json``) once it
 finished, with its config, code and results. A finished trial with the same config is not run again
 (``finished``); an unfinished one with step checkpoints goes on from its last (``resumable``), also
-when the new plan only has more steps (``lengthens``, ``lengthen``).
+when the new plan only has more steps (``lengthens``, ``lengthen``). A lengthened trial keeps the
+shorter one's record, so that a plan with its fewer steps still finds it (``record_of``).
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ two configs that differ only there are the same trial."""
 
 
 def record_of(cfg: RunConfig) -> dict[str, object] | None:
-    """The ``trial.json`` of ``cfg``'s trial; None when it has none or an unreadable one (the
-    trial runs again)."""
+    """The record of ``cfg``'s trial: the ``trial.<steps>steps.json`` that a trial lengthened past
+    ``cfg``'s steps kept (``lengthen``), else ``trial.json``; None when it has none or an unreadable
+    one (the trial runs again)."""
     import json
 
+    shorter = os.path.join(cfg.run_dir, f"trial.{cfg.train.steps}steps.json")
     try:
-        with open(os.path.join(cfg.run_dir, DONE)) as f:
+        with open(shorter if os.path.isfile(shorter) else os.path.join(cfg.run_dir, DONE)) as f:
             record = json.load(f)
     except (OSError, ValueError):
         return None
@@ -111,14 +114,29 @@ def lengthens(earlier: object, cfg: RunConfig) -> int | None:
     """The steps ``earlier`` (a recorded config) planned when ``cfg`` is the same trial trained for
     as many steps or more; else None. With a constant learning rate and the task stream and
     curation in the step checkpoint, going on from a shorter run's last step is the longer run."""
+    steps = steps_of_same_trial(earlier, cfg)
+    return steps if steps is not None and steps <= cfg.train.steps else None
+
+
+def ran_longer(cfg: RunConfig) -> int | None:
+    """The steps of the finished trial in ``cfg``'s run directory when it is ``cfg``'s trial trained
+    for more steps and kept no record at ``cfg``'s (``record_of``): running ``cfg`` afresh there would
+    delete it. None otherwise."""
+    steps = steps_of_same_trial((record_of(cfg) or {}).get("config"), cfg)
+    return steps if steps is not None and steps > cfg.train.steps else None
+
+
+def steps_of_same_trial(config: object, cfg: RunConfig) -> int | None:
+    """The steps ``config`` (a recorded config) planned when it is ``cfg``'s trial but for its number
+    of steps (``trained_by``); else None."""
     from specs.config import to_dict
 
-    train = earlier.get("train") if isinstance(earlier, dict) else None
+    train = config.get("train") if isinstance(config, dict) else None
     steps = train.get("steps") if isinstance(train, dict) else None
-    if not isinstance(steps, int) or steps > cfg.train.steps:
+    if not isinstance(steps, int):
         return None
-    as_long = {**earlier, "train": {**train, "steps": cfg.train.steps}}  # type: ignore[dict-item]
-    return steps if trained_by(as_long) == trained_by(to_dict(cfg)) else None
+    as_planned = {**config, "train": {**train, "steps": cfg.train.steps}}  # type: ignore[dict-item]
+    return steps if trained_by(as_planned) == trained_by(to_dict(cfg)) else None
 
 
 def mark_started(cfg: RunConfig, code: str) -> None:
