@@ -487,7 +487,13 @@ def test_an_interrupted_trial_goes_on_from_its_last_step_checkpoint_when_it_kept
     started = tmp_path / "grpo-s1" / STARTED
     started.write_text(started.read_text().replace('"steps":2', '"steps":3'))
     attempts.clear()
-    again = plan(parse_args([*args, "train.checkpoint_every=1", "train.keep_checkpoints=3"]))
+    # Memory settings are not what a trial trains: one stopped out of memory goes on with them.
+    resumed_with = [
+        "train.checkpoint_every=1",
+        "train.keep_checkpoints=3",
+        "learner.gradient_checkpointing=true",
+    ]
+    again = plan(parse_args([*args, *resumed_with]))
     problems = run_trials(again, verbose=False)
     s0_checkpoint = step_dir(config_of(again, "grpo-s0").checkpoint_dir, 1)
     assert attempts == [("grpo-s0", s0_checkpoint), ("grpo-s1", None)]

@@ -32,9 +32,14 @@ STARTED = "trial.started.json"
 """Written into a trial's run directory as its run starts, with its config: an attempt that was
 interrupted after a step checkpoint is resumed only by a bench that plans the same trial."""
 
-NOT_TRAINING = {"train": ("checkpoint_every", "keep_checkpoints", "resume"), "warmstart": ("save",)}
-"""Config fields that change where a run logs and what it keeps, not what it trains (with ``wandb``):
-two configs that differ only there are the same trial."""
+NOT_TRAINING = {
+    "train": ("checkpoint_every", "keep_checkpoints", "resume"),
+    "warmstart": ("save",),
+    "learner": ("gradient_checkpointing",),
+}
+"""Config fields that change where a run logs, what it keeps or the memory it takes, not what it
+trains (with ``wandb``): two configs that differ only there are the same trial (a trial stopped by
+the learner running out of memory goes on from its last step with ``learner.gradient_checkpointing``)."""
 
 
 def record_of(cfg: RunConfig) -> dict[str, object] | None:
