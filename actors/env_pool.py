@@ -26,7 +26,6 @@ them to ``release(tool_cleanups=...)``, which runs them, newest call first, befo
 from __future__ import annotations
 
 import logging
-import subprocess
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -72,7 +71,8 @@ class EnvPool:
         self.acquire_timeout_s, self.ttl_s, self.watchdog = acquire_timeout_s, ttl_s, watchdog
         self._clock = clock
         self._born: dict[str, float] = {}  # env_id -> the clock at its create
-        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog: env_watchdog.Watchdog | None = None
+        self._watchdog_lock = anyio.Lock()
         self._held: dict[str, tuple[EnvInfo, tuple[str, ...]]] = {}
         self._idle: OrderedDict[str, EnvInfo] = OrderedDict()  # env_id -> env, oldest first
         self._live = 0  # held + idle + being created or destroyed: what max_live bounds
@@ -203,8 +203,7 @@ class EnvPool:
             for env in doomed:
                 tg.start_soon(self._destroy, env)
         if self._watchdog is not None:  # nothing left for it to guard
-            self._watchdog.terminate()
-            await anyio.to_thread.run_sync(self._watchdog.wait)
+            await anyio.to_thread.run_sync(self._watchdog.stop)
             self._watchdog = None
 
     async def reap_leftovers(self) -> int:
@@ -283,9 +282,8 @@ class EnvPool:
 
     async def _create(self, config: EnvConfig) -> EnvInfo:
         """Create with a slot already counted in ``_live``; give the slot back if it fails."""
-        if self.watchdog and self._watchdog is None:
-            spec = self.provisioner.spec()
-            self._watchdog = env_watchdog.spawn(self.provisioner.name, spec, self.run_id)
+        if self.watchdog:
+            await self._start_watchdog()
         try:
             env = await self.provisioner.create(config, self.run_id)
         except BaseException as e:
@@ -296,6 +294,14 @@ class EnvPool:
         self._counts["created"] += 1
         self._born[env.env_id] = self._clock()
         return env
+
+    async def _start_watchdog(self) -> None:
+        async with self._watchdog_lock:  # one per pool, however many creates come at once
+            if self._watchdog is None:
+                spec = self.provisioner.spec()
+                self._watchdog = await anyio.to_thread.run_sync(
+                    env_watchdog.spawn, self.provisioner.name, spec, self.run_id
+                )
 
     async def _destroy(self, env: EnvInfo) -> None:
         self._born.pop(env.env_id, None)

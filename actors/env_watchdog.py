@@ -4,8 +4,11 @@
 
     python -m actors.env_watchdog --backend docker --spec '{...}' --run-id R --owner-pid P --owner-started T
 
-It runs in its own session, so a Ctrl-C or a SIGKILL of the owner's process group does not reach
-it; it polls the owner (pid *and* start time: pids get reused) and, once the owner is gone, destroys
+It detaches from the owner: it forks, its first process exits, and the second goes on in a session
+of its own, a child of init (or of the nearest subreaper) rather than of the owner. So neither a
+Ctrl-C nor a SIGKILL of the owner's process group reaches it, nor Ray, which kills an actor
+worker's child processes when the worker exits (``RAY_kill_child_processes_on_worker_exit``, on by
+default): the very moment a watchdog is for. It polls the owner (pid *and* start time: pids get reused) and, once the owner is gone, destroys
 every environment of the run whose owner is dead (containers, sandboxes, their processes and
 directories), then exits. A pool that shuts down cleanly stops its watchdog. What a watchdog could
 not destroy (it was killed too, the machine rebooted) the next run's reaper finds by its labels.
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -75,8 +79,32 @@ def owner_alive(data: dict[str, object]) -> bool:
     return process_alive(data.get("owner_pid"), data.get("owner_started"))
 
 
-def spawn(backend: str, spec: dict[str, object], run_id: str) -> subprocess.Popen[bytes]:
-    """Start a watchdog for this process's environments of ``run_id``."""
+@dataclass(frozen=True)
+class Watchdog:
+    """A running watchdog. Not a child of the process that spawned it, so known by pid and start."""
+
+    pid: int
+    started: str  # its start_marker
+    log: Path
+
+    def running(self) -> bool:
+        return process_alive(self.pid, self.started)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End it (SIGTERM, SIGKILL after ``timeout_s``) and wait until it is gone. Blocks."""
+        for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+            if not self.running():
+                return
+            os.kill(self.pid, sig)
+            deadline = time.monotonic() + wait_s
+            while self.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        if self.running():
+            raise RuntimeError(f"watchdog {self.pid} outlived SIGKILL (log: {self.log})")
+
+
+def spawn(backend: str, spec: dict[str, object], run_id: str) -> Watchdog:
+    """Start a watchdog for this process's environments of ``run_id``; returns once it runs."""
     me = psutil.Process()
     log = Path(tempfile.gettempdir()) / f"mcprl-watchdog-{run_id}-{me.pid}.log"
     command = [
@@ -85,15 +113,35 @@ def spawn(backend: str, spec: dict[str, object], run_id: str) -> subprocess.Pope
         "actors.env_watchdog",
         *("--backend", backend, "--spec", json.dumps(spec), "--run-id", run_id),
         *("--owner-pid", str(me.pid), "--owner-started", start_marker(me.pid)),
+        "--detach",
     ]
     root = str(Path(__file__).resolve().parents[1])
     environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     # O_NOFOLLOW: a predictable name in a shared /tmp must not be a planted symlink.
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "ab") as out:
-        return subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=environ, start_new_session=True
+        # Returns when the pipe closes: the first process has exited, the detached one has written
+        # who it is and moved its stdout to the log.
+        first = subprocess.run(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out, env=environ, timeout=60
         )
+    try:
+        pid, started = first.stdout.decode().split()
+        return Watchdog(int(pid), started, log)
+    except ValueError:
+        raise RuntimeError(
+            f"the env watchdog of run {run_id} did not start (exit {first.returncode}; log: {log})"
+        ) from None
+
+
+def detach() -> None:
+    """Leave the spawner (see the module's doc): fork; the parent exits, the child starts a session,
+    writes ``<pid> <start_marker>`` to stdout for ``spawn`` and points stdout at stderr, the log."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    print(os.getpid(), start_marker(os.getpid()), flush=True)
+    os.dup2(2, 1)
 
 
 async def reap_run(backend: str, spec: dict[str, object], run_id: str) -> int:
@@ -120,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--owner-pid", type=int, required=True)
     parser.add_argument("--owner-started", required=True, help="the owner's start_marker")
+    parser.add_argument("--detach", action="store_true", help="leave the caller first (what spawn does)")
     args = parser.parse_args(argv)
+    if args.detach:
+        detach()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s watchdog %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the owner, not for us
     while process_alive(args.owner_pid, args.owner_started):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -468,6 +469,27 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
+async def start_driver(command: list[str], log: Path) -> anyio.abc.Process:
+    """``tests/leaky_driver.py`` in a session of its own, its stderr to ``log``."""
+    with log.open("wb") as err:
+        return await anyio.open_process(
+            command, cwd=REPO, stdin=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+
+
+async def driver_ready(process: anyio.abc.Process, log: Path) -> None:
+    """Wait for the driver's ``ready``; if it exits first, fail with what it wrote to ``log``."""
+    assert process.stdout is not None
+    out = b""
+    try:
+        while b"ready" not in out:
+            out += await process.stdout.receive()
+    except anyio.EndOfStream:
+        await process.wait()
+        said = await anyio.Path(log).read_text()
+        pytest.fail(f"the driver exited {process.returncode} before ready:\n{said[-4000:]}")
+
+
 @pytest.mark.parametrize("watchdog", [False, True], ids=["next-runs-reaper", "watchdog"])
 async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
     backend: str, provisioner: Provisioner, tmp_path: Path, watchdog: bool
@@ -481,14 +503,10 @@ async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
         run,
         str(int(watchdog)),
     ]
-    process = await anyio.open_process(driver, cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True)
+    process = await start_driver(driver, tmp_path / "driver.log")
     try:
         with anyio.fail_after(90):
-            assert process.stdout is not None
-            out = b""
-            while b"ready" not in out:
-                chunk = await process.stdout.receive()
-                out += chunk
+            await driver_ready(process, tmp_path / "driver.log")
             envs = await provisioner.list_owned(run)
             assert len(envs) == 2 and all(edge_processes(env.env_id) for env in envs)
             process.kill()  # SIGKILL: no finally, no atexit, no shutdown runs in the driver
@@ -507,6 +525,40 @@ async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
             for env in envs:
                 assert await gone(env.env_id), cmdlines(marked(env.env_id))
             # the watchdog exits after its work
+            assert await until(lambda: not processes_mentioning(run), 10), processes_mentioning(run)
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+            for env in await provisioner.list_owned(run):
+                await provisioner.destroy(env)
+
+
+@pytest.mark.slow
+async def test_a_ray_driver_stopped_by_ctrl_c_leaves_no_sandbox(tmp_path: Path) -> None:
+    """The pool as the trainer runs it, a Ray actor with a watchdog, on the isolated backend whose
+    leftovers cost most (mounts, cgroups, directories). Ctrl-C in the driver ends Ray, and Ray
+    kills its workers' child processes: the watchdog is not one of them, and cleans up."""
+    run = run_id()
+    provisioner = make_backend("bwrap", tmp_path / "envs")
+    driver = [sys.executable, "tests/leaky_driver.py", "bwrap", str(tmp_path / "envs"), run, "1", "ray"]
+    process = await start_driver(driver, tmp_path / "driver.log")
+    try:
+        with anyio.fail_after(180):
+            await driver_ready(process, tmp_path / "driver.log")
+            envs = await provisioner.list_owned(run)
+            assert len(envs) == 2
+            process.send_signal(signal.SIGINT)
+            await process.wait()
+
+            async def none_owned() -> bool:
+                return not await provisioner.list_owned(run)
+
+            assert await until(none_owned, 60), await provisioner.list_owned(run)
+            for env in envs:
+                assert await gone(env.env_id), cmdlines(marked(env.env_id))
+            assert not any((tmp_path / "envs").iterdir())
             assert await until(lambda: not processes_mentioning(run), 10), processes_mentioning(run)
     finally:
         with anyio.CancelScope(shield=True):

@@ -320,7 +320,7 @@ async def test_the_watchdog_of_a_shut_down_pool_is_stopped(tmp_path: Path) -> No
     pool = make_pool(tmp_path, max_live=1, watchdog=True)
     env = await pool.acquire(CONFIG_A, make_task())
     watchdog = pool._watchdog
-    assert watchdog is not None and watchdog.poll() is None  # guarding from the first create on
+    assert watchdog is not None and watchdog.running()  # guarding from the first create on
     await pool.release(env, make_task())
     await pool.shutdown()
-    assert watchdog.returncode is not None and pool._watchdog is None
+    assert not watchdog.running() and pool._watchdog is None
