@@ -485,7 +485,9 @@ def test_an_interrupted_trial_goes_on_from_its_last_step_checkpoint_when_it_kept
     # The same trials planned again (checkpointing is not part of what a trial trains), except seed
     # 1's, whose interrupted attempt was another config's: that one starts afresh.
     started = tmp_path / "grpo-s1" / STARTED
-    started.write_text(started.read_text().replace('"steps":2', '"steps":3'))
+    record = json.loads(started.read_text())
+    record["config"]["learner"]["lr"] = 0.5
+    started.write_text(json.dumps(record))
     attempts.clear()
     # Memory settings are not what a trial trains: one stopped out of memory goes on with them.
     resumed_with = [
@@ -565,9 +567,11 @@ def test_a_trial_planned_longer_goes_on_from_the_shorter_runs_last_step_and_keep
     assert finished(cfg)
 
 
-def test_a_plan_shorter_than_a_finished_trial_without_its_record_is_refused_not_run(tmp_path, monkeypatch):
+def test_a_plan_shorter_than_a_longer_run_of_its_trial_is_refused_not_run(tmp_path, monkeypatch):
     import launch.train
     from launch.bench.learning import run_trials
+    from launch.bench.trial_files import mark_started
+    from launch.checkpoints import Progress, step_dir, write_progress
 
     attempts = []
 
@@ -581,9 +585,22 @@ def test_a_plan_shorter_than_a_finished_trial_without_its_record_is_refused_not_
     (problem,) = run_trials(shorter, verbose=False)
     assert "holds this trial run for 2 steps" in problem and "trial.1steps.json" in problem
     assert attempts == [] and Path(longer.run_dir, DONE).is_file()
+
+    # Nor an unfinished longer attempt that has a step checkpoint to go on from.
+    Path(longer.run_dir, DONE).unlink()
+    mark_started(longer, "abc")
+    checkpoint = step_dir(longer.checkpoint_dir, 1)
+    os.makedirs(checkpoint)
+    write_progress(checkpoint, Progress(step=1, version=1, position=4))
+    (problem,) = run_trials(shorter, verbose=False)
+    assert f"unfinished attempt at this trial for 2 steps, to go on from {checkpoint}" in problem
+    assert attempts == [] and os.path.isdir(checkpoint)
+    again = plan(parse_args(["--seeds", "1", "--steps", "2", "--out", str(tmp_path)]))
+    run_trials(again, verbose=False)  # planned as long as it was: it goes on
+    assert attempts == [longer.learner.lr]
     other = plan(parse_args(["--seeds", "1", "--steps", "1", "--out", str(tmp_path), "learner.lr=0.5"]))
     run_trials(other, verbose=False)  # another trial in that directory: run afresh, as before
-    assert attempts == [0.5]
+    assert attempts == [longer.learner.lr, 0.5]
 
 
 def test_lengthening_from_before_the_shorter_runs_last_step_drops_its_final_eval(tmp_path):

@@ -25,8 +25,9 @@ last one (``resumable``), so that a trial longer than a session can be finished 
 trial planned with more steps than one that ran (``--steps`` raised, nothing else changed) goes on
 from that run's last step checkpoint rather than starting again (``lengthen``): its final eval is
 kept as an eval at that step, and the longer trial replaces the shorter, whose record stays for a
-plan with its steps (``launch.bench.trial_files``). A plan shorter than a finished trial that kept no
-record at its steps is refused for that trial rather than deleting it.
+plan with its steps (``launch.bench.trial_files``). A plan shorter than a longer run of the trial
+(finished without a record at the plan's steps, or unfinished with a step checkpoint) is refused for
+that trial rather than deleting it (``longer_attempt``).
 
 The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
 
@@ -58,8 +59,8 @@ from launch.bench.trial_files import (  # noqa: E402  (no ML imports)
     code_version,
     finished,
     lengthen,
+    longer_attempt,
     mark_started,
-    ran_longer,
     recorded_code,
     resumable,
 )
@@ -233,12 +234,11 @@ def run_trials(bench: Bench, verbose: bool) -> list[str]:
                 flush=True,
             )
             continue
-        ran_for = ran_longer(cfg)
-        if ran_for is not None:  # never delete a finished trial to run a shorter copy of it
+        in_the_way = longer_attempt(cfg)
+        if in_the_way is not None:  # never delete a longer run of a trial to run a shorter copy of it
             problems.append(
-                f"{arm.name} seed {seed}: {cfg.run_dir} holds this trial run for {ran_for} steps, with no"
-                f" record at {cfg.train.steps} (trial.{cfg.train.steps}steps.json): running it afresh"
-                f" would delete that one; plan {ran_for} steps, or give another --out"
+                f"{arm.name} seed {seed}: {cfg.run_dir} holds {in_the_way}: running {cfg.train.steps} steps"
+                " afresh would delete it; plan its steps, or give another --out"
             )
             print(f"[{i}/{len(bench.trials)}] not run: {problems[-1]}", file=sys.stderr, flush=True)
             continue

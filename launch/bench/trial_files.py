@@ -95,24 +95,34 @@ def resumable(cfg: RunConfig) -> tuple[str, int] | None:
     """The step checkpoint an earlier attempt at ``cfg``'s trial left, and the steps that attempt
     planned, when it started with this config (``STARTED``) or with this config but fewer steps (a
     trial being lengthened, ``lengthens``); else None (the trial starts afresh)."""
-    import json
+    planned = lengthens(started_config(cfg), cfg)
+    if planned is None:
+        return None
+    checkpoint = last_checkpoint(cfg)
+    return None if checkpoint is None else (checkpoint, planned)
 
-    from launch.checkpoints import resolve_resume
+
+def started_config(cfg: RunConfig) -> object:
+    """The config the last attempt in ``cfg``'s run directory started with (``STARTED``), or None."""
+    import json
 
     try:
         with open(os.path.join(cfg.run_dir, STARTED)) as f:
             started = json.load(f)
     except (OSError, ValueError):
         return None
-    earlier = started.get("config") if isinstance(started, dict) else None
-    planned = lengthens(earlier, cfg)
-    if planned is None:
-        return None
+    return started.get("config") if isinstance(started, dict) else None
+
+
+def last_checkpoint(cfg: RunConfig) -> str | None:
+    """The last step checkpoint in ``cfg``'s checkpoint directory; None if there is none or it is
+    damaged (the trial starts afresh rather than fail the bench)."""
+    from launch.checkpoints import resolve_resume
+
     try:
-        checkpoint = resolve_resume("auto", cfg.checkpoint_dir)
-    except (OSError, ValueError):  # a damaged checkpoint: start afresh rather than fail the bench
+        return resolve_resume("auto", cfg.checkpoint_dir)
+    except (OSError, ValueError):
         return None
-    return None if checkpoint is None else (checkpoint, planned)
 
 
 def lengthens(earlier: object, cfg: RunConfig) -> int | None:
@@ -123,12 +133,21 @@ def lengthens(earlier: object, cfg: RunConfig) -> int | None:
     return steps if steps is not None and steps <= cfg.train.steps else None
 
 
-def ran_longer(cfg: RunConfig) -> int | None:
-    """The steps of the finished trial in ``cfg``'s run directory when it is ``cfg``'s trial trained
-    for more steps and kept no record at ``cfg``'s (``record_of``): running ``cfg`` afresh there would
-    delete it. None otherwise."""
+def longer_attempt(cfg: RunConfig) -> str | None:
+    """What in ``cfg``'s run directory is ``cfg``'s trial planned for more steps, which running ``cfg``
+    afresh there would delete: a finished run of it that kept no record at ``cfg``'s steps
+    (``record_of``), or an unfinished attempt at it with a step checkpoint to go on from. None when
+    there is neither."""
     steps = steps_of_same_trial((record_of(cfg) or {}).get("config"), cfg)
-    return steps if steps is not None and steps > cfg.train.steps else None
+    if steps is not None and steps > cfg.train.steps:
+        return (
+            f"this trial run for {steps} steps, with no record at {cfg.train.steps}"
+            f" (trial.{cfg.train.steps}steps.json)"
+        )
+    steps = steps_of_same_trial(started_config(cfg), cfg)
+    if steps is not None and steps > cfg.train.steps and (checkpoint := last_checkpoint(cfg)) is not None:
+        return f"an unfinished attempt at this trial for {steps} steps, to go on from {checkpoint}"
+    return None
 
 
 def steps_of_same_trial(config: object, cfg: RunConfig) -> int | None:
