@@ -469,63 +469,31 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
-async def start_driver(command: list[str], log: Path) -> anyio.abc.Process:
-    """``tests/leaky_driver.py`` in a session of its own, its stderr to ``log``."""
+@asynccontextmanager
+async def leaky_driver(
+    provisioner: Provisioner, run: str, tmp_path: Path, *args: str
+) -> AsyncIterator[anyio.abc.Process]:
+    """``tests/leaky_driver.py BACKEND ROOT RUN WATCHDOG [ray]`` (``args``: WATCHDOG on) in a session
+    of its own, once ready. On the way out it is killed if it still runs, and what it left of the
+    run is destroyed. A driver that exits before ready fails the test with its stderr."""
+    log = tmp_path / "driver.log"
+    command = [sys.executable, "tests/leaky_driver.py", provisioner.name, str(tmp_path / "envs"), run, *args]
     with log.open("wb") as err:
-        return await anyio.open_process(
+        process = await anyio.open_process(
             command, cwd=REPO, stdin=subprocess.DEVNULL, stderr=err, start_new_session=True
         )
-
-
-async def driver_ready(process: anyio.abc.Process, log: Path) -> None:
-    """Wait for the driver's ``ready``; if it exits first, fail with what it wrote to ``log``."""
-    assert process.stdout is not None
-    out = b""
     try:
-        while b"ready" not in out:
-            out += await process.stdout.receive()
-    except anyio.EndOfStream:
-        await process.wait()
-        said = await anyio.Path(log).read_text()
-        pytest.fail(f"the driver exited {process.returncode} before ready:\n{said[-4000:]}")
-
-
-@pytest.mark.parametrize("watchdog", [False, True], ids=["next-runs-reaper", "watchdog"])
-async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
-    backend: str, provisioner: Provisioner, tmp_path: Path, watchdog: bool
-) -> None:
-    run = run_id()
-    driver = [
-        sys.executable,
-        "tests/leaky_driver.py",
-        backend,
-        str(tmp_path / "envs"),
-        run,
-        str(int(watchdog)),
-    ]
-    process = await start_driver(driver, tmp_path / "driver.log")
-    try:
-        with anyio.fail_after(90):
-            await driver_ready(process, tmp_path / "driver.log")
-            envs = await provisioner.list_owned(run)
-            assert len(envs) == 2 and all(edge_processes(env.env_id) for env in envs)
-            process.kill()  # SIGKILL: no finally, no atexit, no shutdown runs in the driver
-            await process.wait()
-            if watchdog:  # the watchdog notices on its own and cleans up (another process's work)
-
-                async def none_owned() -> bool:
-                    return not await provisioner.list_owned(run)
-
-                await until(none_owned, 30)
-            else:  # the next run's pool reaps at start-up
-                next_run = EnvPool(provisioner, run_id(), max_live=1)
-                assert await next_run.reap_leftovers() >= 2
-            assert await provisioner.list_owned(run) == []
-            assert leftover_containers(run) == 0
-            for env in envs:
-                assert await gone(env.env_id), cmdlines(marked(env.env_id))
-            # the watchdog exits after its work
-            assert await until(lambda: not processes_mentioning(run), 10), processes_mentioning(run)
+        assert process.stdout is not None
+        out = b""
+        with anyio.fail_after(120):
+            try:
+                while b"ready" not in out:
+                    out += await process.stdout.receive()
+            except anyio.EndOfStream:
+                await process.wait()
+                said = await anyio.Path(log).read_text()
+                pytest.fail(f"the driver exited {process.returncode} before ready:\n{said[-4000:]}")
+        yield process
     finally:
         with anyio.CancelScope(shield=True):
             if process.returncode is None:
@@ -533,6 +501,36 @@ async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
             await process.aclose()
             for env in await provisioner.list_owned(run):
                 await provisioner.destroy(env)
+
+
+async def none_owned(provisioner: Provisioner, run: str, within_s: float) -> bool:
+    async def none() -> bool:
+        return not await provisioner.list_owned(run)
+
+    return await until(none, within_s)
+
+
+@pytest.mark.parametrize("watchdog", [False, True], ids=["next-runs-reaper", "watchdog"])
+async def test_a_killed_driver_leaves_no_sandbox_process_and_no_container(
+    provisioner: Provisioner, tmp_path: Path, watchdog: bool
+) -> None:
+    run = run_id()
+    async with leaky_driver(provisioner, run, tmp_path, str(int(watchdog))) as driver:
+        envs = await provisioner.list_owned(run)
+        assert len(envs) == 2 and all(edge_processes(env.env_id) for env in envs)
+        driver.kill()  # SIGKILL: no finally, no atexit, no shutdown runs in the driver
+        await driver.wait()
+        if watchdog:  # the watchdog notices on its own and cleans up (another process's work)
+            await none_owned(provisioner, run, 30)
+        else:  # the next run's pool reaps at start-up
+            next_run = EnvPool(provisioner, run_id(), max_live=1)
+            assert await next_run.reap_leftovers() >= 2
+        assert await provisioner.list_owned(run) == []
+        assert leftover_containers(run) == 0
+        for env in envs:
+            assert await gone(env.env_id), cmdlines(marked(env.env_id))
+        # the watchdog exits after its work
+        assert await until(lambda: not processes_mentioning(run), 10), processes_mentioning(run)
 
 
 @pytest.mark.slow
@@ -542,28 +540,13 @@ async def test_a_ray_driver_stopped_by_ctrl_c_leaves_no_sandbox(tmp_path: Path) 
     kills its workers' child processes: the watchdog is not one of them, and cleans up."""
     run = run_id()
     provisioner = make_backend("bwrap", tmp_path / "envs")
-    driver = [sys.executable, "tests/leaky_driver.py", "bwrap", str(tmp_path / "envs"), run, "1", "ray"]
-    process = await start_driver(driver, tmp_path / "driver.log")
-    try:
-        with anyio.fail_after(180):
-            await driver_ready(process, tmp_path / "driver.log")
-            envs = await provisioner.list_owned(run)
-            assert len(envs) == 2
-            process.send_signal(signal.SIGINT)
-            await process.wait()
-
-            async def none_owned() -> bool:
-                return not await provisioner.list_owned(run)
-
-            assert await until(none_owned, 60), await provisioner.list_owned(run)
-            for env in envs:
-                assert await gone(env.env_id), cmdlines(marked(env.env_id))
-            assert not any((tmp_path / "envs").iterdir())
-            assert await until(lambda: not processes_mentioning(run), 10), processes_mentioning(run)
-    finally:
-        with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-            await process.aclose()
-            for env in await provisioner.list_owned(run):
-                await provisioner.destroy(env)
+    async with leaky_driver(provisioner, run, tmp_path, "1", "ray") as driver:
+        envs = await provisioner.list_owned(run)
+        assert len(envs) == 2
+        driver.send_signal(signal.SIGINT)
+        await driver.wait()
+        assert await none_owned(provisioner, run, 60), await provisioner.list_owned(run)
+        for env in envs:
+            assert await gone(env.env_id), cmdlines(marked(env.env_id))
+        assert not any((tmp_path / "envs").iterdir())
+        assert await until(lambda: not processes_mentioning(run), 10), processes_mentioning(run)
