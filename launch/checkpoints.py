@@ -11,7 +11,9 @@ Layout under the run's ``checkpoint_dir``::
 tasks were drawn, and the curation state. Resuming loads the learner, sends its weights to the
 generator and continues at ``step + 1`` from that position: the same tasks in the same order, no
 step repeated or skipped (in async placement the rollouts drawn ahead of the checkpoint are
-discarded and drawn again, identically).
+discarded and drawn again, identically). Step 0 is the start of the RL steps, saved once the
+warm start, the evals before training and curation's first profile are done: a run stopped before
+its first step's checkpoint goes on from there instead of doing them again.
 """
 
 from __future__ import annotations

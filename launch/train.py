@@ -10,7 +10,8 @@ pipeline (``launch.phases``), or start from the warm start another run kept
 (``warmstart.from_run``, ``launch.shared_warmstart``); run the RL steps (``launch.steps``): each
 step's groups are scored by the Evaluator, normalised within each group, trained on, and the new
 weights go to the generator, with step checkpoints on a schedule (``train.resume`` continues from
-one); measure again (on training tasks too, before and after, with ``train.eval_train_tasks``);
+one; the schedule's first, step 0, holds the start: its warm start, evals and curation profile);
+measure again (on training tasks too, before and after, with ``train.eval_train_tasks``);
 save; shut everything down, whatever happens.
 
 Left out on purpose: an LR schedule (constant LR, so nothing to checkpoint for it), partial-step
@@ -40,7 +41,7 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     from launch.run_results import closing_table, read_run
     from launch.session import open_session
     from launch.shared_warmstart import adopt, read_saved, save
-    from launch.steps import run_steps
+    from launch.steps import run_steps, save_step_checkpoint
     from launch.tasks import CuratedTasks, TaskStream
     from specs.check import interleaved, load_split
 
@@ -100,6 +101,9 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
         start = "warmstart" if expert is not None or saved is not None else "base"
         if train_evaluated and resume is None and f"{start}_train" not in results:
             results[f"{start}_train"] = await evaluate(s, train_evaluated, f"{start}_train", 0)
+        if cfg.train.checkpoint_every and resume is None:  # a run stopped later keeps all of the above
+            await tasks.prepare(1)  # curation's first profile, kept in the checkpoint too
+            await save_step_checkpoint(s, 0, tasks.position(), tasks)
 
         await run_steps(s, tasks, eval_tasks, first_step)
 

@@ -118,3 +118,28 @@ def test_a_killed_run_resumes_at_the_next_step_with_the_same_data_order(tmp_path
 @pytest.fixture(autouse=True)
 def _repo_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
+
+
+def test_a_run_goes_on_from_its_start_without_doing_its_evals_again(tmp_path: Path) -> None:
+    """Step 0's checkpoint holds the start (the base policy, its evals and the stream before any
+    step): a run planned for 0 steps, then again for 1, evaluates the base policy once."""
+    run_dir = tmp_path / "resume"
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+
+    def run(*extra: str) -> str:
+        done = subprocess.run(
+            command(tmp_path, *extra), cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        return done.stdout
+
+    run("train.steps=0")
+    (start,) = complete_steps(str(run_dir / "checkpoint"))
+    assert start[0] == 0 and read_progress(start[1]).position == 0
+    resumed = run("train.steps=1", "train.resume=auto")
+    assert f"resumed from {start[1]}: step 0 done" in resumed
+    assert trained_steps(run_dir) == [1]
+    stream = TaskStream(load_tasks(TASKS), seed=0)
+    assert step_tasks(run_dir, 1) == sorted(t.instance_id for t in stream.take(2))
+    phases = [json.loads(line)["phase"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert phases.count("eval/base") == 1 and phases.count("eval/base_train") == 1
