@@ -282,9 +282,9 @@ class EnvPool:
 
     async def _create(self, config: EnvConfig) -> EnvInfo:
         """Create with a slot already counted in ``_live``; give the slot back if it fails."""
-        if self.watchdog:
-            await self._start_watchdog()
         try:
+            if self.watchdog:
+                await self._start_watchdog()
             env = await self.provisioner.create(config, self.run_id)
         except BaseException as e:
             await self._free_slot()

@@ -8,15 +8,16 @@ It detaches from the owner: it forks, its first process exits, and the second go
 of its own, a child of init (or of the nearest subreaper) rather than of the owner. So neither a
 Ctrl-C nor a SIGKILL of the owner's process group reaches it, nor Ray, which kills an actor
 worker's child processes when the worker exits (``RAY_kill_child_processes_on_worker_exit``, on by
-default): the very moment a watchdog is for. It polls the owner (pid *and* start time: pids get reused) and, once the owner is gone, destroys
-every environment of the run whose owner is dead (containers, sandboxes, their processes and
-directories), then exits. A pool that shuts down cleanly stops its watchdog. What a watchdog could
+default): the very moment a watchdog is for. It polls the owner (pid *and* start time: pids get
+reused) and, once the owner is gone, destroys every environment of the run whose owner is dead
+(containers, sandboxes, their processes and directories), then exits. A pool that shuts down cleanly stops its watchdog. What a watchdog could
 not destroy (it was killed too, the machine rebooted) the next run's reaper finds by its labels.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -95,7 +96,8 @@ class Watchdog:
         for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
             if not self.running():
                 return
-            os.kill(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError):  # it ended just now
+                os.kill(self.pid, sig)
             deadline = time.monotonic() + wait_s
             while self.running() and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -324,3 +324,19 @@ async def test_the_watchdog_of_a_shut_down_pool_is_stopped(tmp_path: Path) -> No
     await pool.release(env, make_task())
     await pool.shutdown()
     assert not watchdog.running() and pool._watchdog is None
+
+
+async def test_a_watchdog_that_cannot_start_fails_the_acquire_and_frees_its_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actors import env_watchdog
+
+    def cannot_start(*args: object) -> env_watchdog.Watchdog:
+        raise RuntimeError("the env watchdog of run r did not start")
+
+    monkeypatch.setattr(env_watchdog, "spawn", cannot_start)
+    pool = make_pool(tmp_path, max_live=1, watchdog=True)
+    with pytest.raises(EnvError, match="watchdog of run r did not start"):
+        await pool.acquire(CONFIG_A, make_task())
+    assert pool.stats()["live"] == 0 and pool._watchdog is None
+    await pool.shutdown()
