@@ -26,6 +26,9 @@ Per-episode means, ``M = (1/n) Σ_τ v(τ)``, with ``v(τ)`` =
   never claimed to be done and is not a false success.
 - ``hallucinated_tools``: ``|{c ∈ C: error_kind(c) = unknown_tool}|``, calls of a tool name that
   does not exist: paper 002's "hallucinated tool names" (Table 3), as a count per episode.
+- ``unparsed_calls``: ``|{c ∈ C: error_kind(c) = parse_error}|``, calls whose text is not a
+  readable call (bad JSON, no name): the first sign of a policy losing the call format under RL
+  (BENCHMARKS.md, apps at 8 tasks a step, seed 1: 0.2 a sampled episode at step 1, 3.5 at step 4).
 - ``input_tokens``: ``Σ_t |C_t|``, the tokens the model read as input over all its turns, with
   ``|C_t|`` the length of the prompt turn ``t`` was sampled on: paper 002's "cumulative input"
   (Table 2, token block). See ``turn_input_tokens`` for how ``|C_t|`` is read off the recording.
@@ -123,6 +126,7 @@ PER_EPISODE: dict[str, Callable[[Trajectory], float]] = {
     "reasoning_tokens": lambda t: float(t.num_reasoning_tokens),
     "false_success": lambda t: 1.0 if t.final_answer is not None and not _score(t).success else 0.0,
     "hallucinated_tools": lambda t: float(sum(c.error_kind == "unknown_tool" for c in t.tool_calls)),
+    "unparsed_calls": lambda t: float(sum(c.error_kind == "parse_error" for c in t.tool_calls)),
     "input_tokens": lambda t: float(sum(turn_input_tokens(t))),
 }
 """Metric name -> its per-episode value ``v(τ)``; the metric is the mean over episodes (with

@@ -112,11 +112,21 @@ def test_every_metric_of_a_hand_built_batch_is_pinned() -> None:
             "reasoning_tokens": 0.5,  # (1 + 0 + 0 + 1) / 4
             "false_success": 0.25,  # b: answered, reward 0; c never answered
             "hallucinated_tools": 0.75,  # (0 + 1 + 2 + 0) / 4
+            "unparsed_calls": 0.0,  # no call failed to parse (see the test below)
             "input_tokens": 7.0,  # (10 + 12 + 4 + 2) / 4
             "tool_step_share": 0.625,  # tool-calling turns (1 + 2 + 2 + 0) / turns (2 + 3 + 2 + 1)
             "task_adoption": 0.5,  # one episode per task: equals tool_adoption
         }
     )
+
+
+def test_calls_that_do_not_parse_are_counted_apart_from_made_up_tools() -> None:
+    garbled = episode(
+        "g", 0.0, calls=(call(1, "parse_error"), call(2, "parse_error"), call(3, "unknown_tool")), turns=3
+    )
+    m = episode_metrics([garbled, episode("d", 1.0)])
+    assert m["unparsed_calls"] == 1.0 and m["hallucinated_tools"] == 0.5  # (2 + 0) / 2, (1 + 0) / 2
+    assert m["valid_call"] == 0.0  # neither began with a call that ran
 
 
 def test_standard_errors_of_the_batch_are_pinned() -> None:
