@@ -7,8 +7,10 @@
 It detaches from the owner: it forks, its first process exits, and the second goes on in a session
 of its own, a child of init (or of the nearest subreaper) rather than of the owner. So neither a
 Ctrl-C nor a SIGKILL of the owner's process group reaches it, nor Ray, which kills an actor
-worker's child processes when the worker exits (``RAY_kill_child_processes_on_worker_exit``, on by
-default): the very moment a watchdog is for. It polls the owner (pid *and* start time: pids get
+worker's direct child processes when the worker exits (``RAY_kill_child_processes_on_worker_exit``,
+on by default): the very moment a watchdog is for. (With Ray's raylet subreaper on,
+``RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=1``, off by default, the raylet
+adopts and kills it too: then only the next run's reaper cleans up.) It polls the owner (pid *and* start time: pids get
 reused) and, once the owner is gone, destroys every environment of the run whose owner is dead
 (containers, sandboxes, their processes and directories), then exits. A pool that shuts down cleanly stops its watchdog. What a watchdog could
 not destroy (it was killed too, the machine rebooted) the next run's reaper finds by its labels.
