@@ -133,8 +133,7 @@ def test_every_ablation_is_a_valid_config(tmp_path):
 
 
 def test_the_arms_of_an_ablation_share_the_first_arms_warm_start_once_it_kept_one(tmp_path):
-    from launch.bench.learning import with_shared_warm_start
-    from launch.bench.trial_files import finished
+    from launch.bench.trial_files import finished, with_shared_warm_start
 
     bench = plan(parse_args(["--ablation", "tool_bonus", "--seeds", "2", "--out", str(tmp_path)]))
     assert [c.warmstart.save for _, _, c in bench.trials] == [True, False, True, False]
@@ -158,8 +157,8 @@ def test_the_arms_of_an_ablation_share_the_first_arms_warm_start_once_it_kept_on
 
 
 def test_the_report_reads_an_arm_that_ran_from_the_shared_warm_start(tmp_path, capsys):
-    from launch.bench.learning import with_shared_warm_start
     from launch.bench.learning_report import report
+    from launch.bench.trial_files import with_shared_warm_start
 
     bench = plan(parse_args(["--ablation", "tool_bonus", "--quick", "--out", str(tmp_path)]))
     (first, _, no_bonus), (second, seed, bonus) = bench.trials

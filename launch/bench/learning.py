@@ -63,6 +63,7 @@ from launch.bench.trial_files import (  # noqa: E402  (no ML imports)
     mark_started,
     recorded_code,
     resumable,
+    with_shared_warm_start,
 )
 from specs.config import RunConfig, load_run_config  # noqa: E402
 from specs.errors import SpecError  # noqa: E402
@@ -187,25 +188,6 @@ def plan(args: argparse.Namespace) -> Bench:
                 )
             bench.trials.append((arm, seed, cfg))
     return bench
-
-
-def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) -> RunConfig:
-    """``cfg``, starting from the first arm's warm start of ``seed`` when the ablation shares it
-    and that trial kept one (``warmstart.from_run``), or when this trial already finished from it
-    (its record, carried without the warm start's weights); else unchanged (its own warm start)."""
-    import msgspec
-
-    from launch.checkpoints import PROGRESS
-    from launch.shared_warmstart import WARMSTART_DIR
-
-    if bench.ablation is None or not bench.ablation.shares_warm_start or arm == bench.arms[0]:
-        return cfg
-    first = next(c for a, s, c in bench.trials if a == bench.arms[0] and s == seed)
-    shared = msgspec.structs.replace(
-        cfg, warmstart=msgspec.structs.replace(cfg.warmstart, from_run=first.run_dir)
-    )
-    kept = os.path.isfile(os.path.join(first.run_dir, WARMSTART_DIR, PROGRESS))
-    return shared if kept or finished(shared) else cfg
 
 
 def run_trials(bench: Bench, verbose: bool) -> list[str]:

@@ -292,8 +292,7 @@ def log_wandb(bench: Bench, result: Mapping[str, Any], png: str) -> None:
 def report(bench: Bench) -> str:
     """Read the trials that finished, print the tables, write ``learning.json`` and ``learning.png``
     (and to W&B); returns the bench's last line."""
-    from launch.bench.learning import with_shared_warm_start
-    from launch.bench.trial_files import finished, recorded_trial
+    from launch.bench.trial_files import finished, recorded_trial, with_shared_warm_start
 
     trials = []
     for arm, seed, planned in bench.trials:

@@ -5,7 +5,9 @@ let a later command know what ran there: ``STARTED`` as it starts, ``DONE`` (``t
 finished, with its config, code and results. A finished trial with the same config is not run again
 (``finished``); an unfinished one with step checkpoints goes on from its last (``resumable``), also
 when the new plan only has more steps (``lengthens``, ``lengthen``). A lengthened trial keeps the
-shorter one's record, so that a plan with its fewer steps still finds it (``record_of``).
+shorter one's record, so that a plan with its fewer steps still finds it (``record_of``). The
+config a trial runs with is the planned one, but for an ablation's second arm, which starts from
+the warm start the first arm's run directory kept (``with_shared_warm_start``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from specs.config import RunConfig
 
 if TYPE_CHECKING:
+    from launch.bench.learning import Arm, Bench
     from launch.run_results import Trial
 
 DONE = "trial.json"
@@ -161,6 +164,25 @@ def steps_of_same_trial(config: object, cfg: RunConfig) -> int | None:
         return None
     as_planned = {**config, "train": {**train, "steps": cfg.train.steps}}  # type: ignore[dict-item]
     return steps if trained_by(as_planned) == trained_by(to_dict(cfg)) else None
+
+
+def with_shared_warm_start(bench: Bench, arm: Arm, seed: int, cfg: RunConfig) -> RunConfig:
+    """``cfg``, starting from the first arm's warm start of ``seed`` when the ablation shares it
+    and that trial kept one (``warmstart.from_run``), or when this trial already finished from it
+    (its record, carried without the warm start's weights); else unchanged (its own warm start)."""
+    import msgspec
+
+    from launch.checkpoints import PROGRESS
+    from launch.shared_warmstart import WARMSTART_DIR
+
+    if bench.ablation is None or not bench.ablation.shares_warm_start or arm == bench.arms[0]:
+        return cfg
+    first = next(c for a, s, c in bench.trials if a == bench.arms[0] and s == seed)
+    shared = msgspec.structs.replace(
+        cfg, warmstart=msgspec.structs.replace(cfg.warmstart, from_run=first.run_dir)
+    )
+    kept = os.path.isfile(os.path.join(first.run_dir, WARMSTART_DIR, PROGRESS))
+    return shared if kept or finished(shared) else cfg
 
 
 def mark_started(cfg: RunConfig, code: str) -> None:
