@@ -575,7 +575,7 @@ def test_a_plan_shorter_than_a_longer_run_of_its_trial_is_refused_not_run(tmp_pa
     attempts = []
 
     async def fake_train(cfg, verbose=False):
-        attempts.append(cfg.learner.lr)
+        attempts.append((cfg.learner.lr, cfg.train.resume))
 
     monkeypatch.setattr(launch.train, "train", fake_train)
     longer = config_of(plan(parse_args(["--seeds", "1", "--steps", "2", "--out", str(tmp_path)])), "grpo-s0")
@@ -595,11 +595,11 @@ def test_a_plan_shorter_than_a_longer_run_of_its_trial_is_refused_not_run(tmp_pa
     assert f"unfinished attempt at this trial for 2 steps, to go on from {checkpoint}" in problem
     assert attempts == [] and os.path.isdir(checkpoint)
     again = plan(parse_args(["--seeds", "1", "--steps", "2", "--out", str(tmp_path)]))
-    run_trials(again, verbose=False)  # planned as long as it was: it goes on
-    assert attempts == [longer.learner.lr]
+    run_trials(again, verbose=False)  # planned as long as it was: it goes on from its checkpoint
+    assert attempts == [(longer.learner.lr, checkpoint)]
     other = plan(parse_args(["--seeds", "1", "--steps", "1", "--out", str(tmp_path), "learner.lr=0.5"]))
     run_trials(other, verbose=False)  # another trial in that directory: run afresh, as before
-    assert attempts == [longer.learner.lr, 0.5]
+    assert attempts == [(longer.learner.lr, checkpoint), (0.5, None)]
 
 
 def test_lengthening_from_before_the_shorter_runs_last_step_drops_its_final_eval(tmp_path):
