@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from actors.placement import publish_weights, training_phase
 from launch.session import Session
 from launch.tasks import TaskStream
-from policies.batch import demonstration_samples
+from policies.batch import demonstration_samples, why_no_demonstration
 from policies.metrics import OVERALL, episode_metrics, metrics_with_stderr
 from policies.scripted import Respond, ScriptedEngine
 from policies.types import SamplingConfig
@@ -64,7 +64,10 @@ async def warm_start(s: Session, tasks: TaskStream, expert: Respond) -> None:
     s.reporter.write_trajectories("demonstrations", episodes, s.tokenizer)
     demos = demonstration_samples(episodes)
     if not demos:
-        raise RuntimeError("warm start: the expert produced no successful demonstration")
+        raise RuntimeError(
+            "warm start: the expert produced no successful demonstration: "
+            + why_no_demonstration(episodes, cfg.warmstart.demonstrations)
+        )
     rng, batch = random.Random(cfg.seed), cfg.warmstart.batch_size
     async with training_phase(s.actors):
         for epoch in range(1, cfg.warmstart.epochs + 1):

@@ -10,6 +10,7 @@ recorded, and read rewards from the trajectory's typed ``Score`` only
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -156,6 +157,22 @@ def adoption_samples(
 def demonstration_samples(trajectories: Iterable[Trajectory]) -> list[TrainSample]:
     """Supervised samples from the expert trajectories that succeeded (``Score.success``)."""
     return [sample for t in trajectories if t.status == "ok" and t.succeeded for sample in _samples(t, 0.0)]
+
+
+def why_no_demonstration(trajectories: Sequence[Trajectory], asked: int) -> str:
+    """Why ``demonstration_samples`` found nothing in the ``asked`` expert episodes: how many came
+    back, what became of them, and the first failure's error (an environment or server that does
+    not start fails every episode alike, and is then named)."""
+    statuses = collections.Counter(t.status for t in trajectories)
+    scored = [t for t in trajectories if t.status == "ok"]
+    parts = [f"{len(trajectories)} of {asked} expert episodes came back"]
+    if scored:
+        parts.append(f"{len(scored)} ran to the end and none succeeded (see their evaluators' verdicts)")
+    parts += [f"{n} {status}" for status, n in sorted(statuses.items()) if status != "ok"]
+    first = next((t for t in trajectories if t.status != "ok"), None)
+    if first is not None:
+        parts.append(f"first: {first.task_id}: {first.error or 'no error recorded'}")
+    return "; ".join(parts)
 
 
 def _samples(t: Trajectory, advantage: float, reasoning_advantage: float = 0.0) -> list[TrainSample]:

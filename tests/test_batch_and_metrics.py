@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from launch.tasks import TaskStream
-from policies.batch import adoption_samples, demonstration_samples, rl_samples
+from policies.batch import adoption_samples, demonstration_samples, rl_samples, why_no_demonstration
 from specs.config import load_run_config
 from specs.trajectory import AdoptionScore, Score, ToolCallRecord, Trajectory, Verdict
 
@@ -407,3 +407,13 @@ def test_a_family_the_evaluator_did_not_compute_is_refused_naming_task_and_famil
         rl_samples(groups, action_signal="tool", band=(0.0, 1.0))
     with pytest.raises(ValueError, match=r"trajectory of a has no reasoning reward"):
         rl_samples([[scored("a", 1.0), scored("a", 0.0)]], reasoning=True)
+
+
+def test_no_demonstration_is_explained_by_what_became_of_the_expert_episodes() -> None:
+    lost = traj("a", None, status="infra_failed")
+    lost.error = "EnvError: bwrap backend: the `bwrap` executable is not on PATH"
+    why = why_no_demonstration([lost, traj("b", None, status="infra_failed")], asked=4)
+    assert why.startswith("2 of 4 expert episodes came back; 2 infra_failed; first: a: EnvError: bwrap")
+    unsolved = why_no_demonstration([traj("a", 0.0), traj("b", 0.0)], asked=2)
+    assert "2 of 2" in unsolved and "2 ran to the end and none succeeded" in unsolved
+    assert why_no_demonstration([], asked=3) == "0 of 3 expert episodes came back"
