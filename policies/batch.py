@@ -164,11 +164,10 @@ def why_no_demonstration(trajectories: Sequence[Trajectory], asked: int) -> str:
     back, what became of them, and the first failure's error (an environment or server that does
     not start fails every episode alike, and is then named)."""
     statuses = collections.Counter(t.status for t in trajectories)
-    scored = [t for t in trajectories if t.status == "ok"]
     parts = [f"{len(trajectories)} of {asked} expert episodes came back"]
-    if scored:
-        parts.append(f"{len(scored)} ran to the end and none succeeded (see their evaluators' verdicts)")
-    parts += [f"{n} {status}" for status, n in sorted(statuses.items()) if status != "ok"]
+    if ran := statuses.pop("ok", 0):
+        parts.append(f"{ran} ran to the end and none succeeded (see their evaluators' verdicts)")
+    parts += [f"{n} {status}" for status, n in sorted(statuses.items())]
     first = next((t for t in trajectories if t.status != "ok"), None)
     if first is not None:
         parts.append(f"first: {first.task_id}: {first.error or 'no error recorded'}")
