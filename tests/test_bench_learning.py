@@ -116,6 +116,12 @@ def test_the_plan_runs_every_arm_of_an_ablation_on_the_same_seeds(tmp_path):
         assert cfg.wandb.group == "demo-tool_bonus"
     quick = plan(parse_args(["--quick", "--out", str(tmp_path)]))
     assert [(a.name, s) for a, s, _ in quick.trials] == [("grpo", 0)]
+    alone = plan(parse_args(["--seed", "2", "--out", str(tmp_path)]))
+    assert [(a.name, s, c.run_dir) for a, s, c in alone.trials] == [
+        ("grpo", 2, os.path.join(str(tmp_path), "grpo-s2"))
+    ]
+    with pytest.raises(SystemExit):
+        parse_args(["--seed", "1", "--quick"])
 
 
 def test_every_ablation_is_a_valid_config(tmp_path):

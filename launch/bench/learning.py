@@ -1,6 +1,6 @@
 """Does RL beat the warm start? Training runs per seed and arm, measured on the same eval tasks.
 
-    python -m launch.bench.learning [--config FILE] [--seeds K] [--steps N] [--quick]
+    python -m launch.bench.learning [--config FILE] [--seeds K | --seed N] [--steps N] [--quick]
         [--ablation NAME] [--eval-every E] [--out DIR] [key.path=value ...]
 
 Each *trial* is one ordinary training run (``launch/train.py``'s ``train``, nothing bench-only in
@@ -31,7 +31,8 @@ that trial rather than deleting it (``longer_attempt``).
 
 The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
 
-``--quick``: one seed (the `make demo` setting measured once). Ablations (``ABLATIONS``): two arms
+``--quick``: one seed (the `make demo` setting measured once). ``--seed N``: seed N alone, for
+a bench whose seeds take a session each (then ``--seeds K --report-only`` reports them together). Ablations (``ABLATIONS``): two arms
 each, with the same base overrides:
 
 - ``tool_bonus``: adoption returns with the dense tool bonus off / on (paper 002, Eqs. 3-4).
@@ -160,7 +161,7 @@ def plan(args: argparse.Namespace) -> Bench:
     name = f"{config_name}-{ablation.name}" if ablation else config_name
     out = args.out or os.path.join("runs", "learning", name)
     arms = ablation.arms if ablation else (Arm("grpo"),)
-    seeds = tuple(range(1 if args.quick else args.seeds))
+    seeds = (args.seed,) if args.seed is not None else tuple(range(1 if args.quick else args.seeds))
     bench = Bench(name, out, arms, ablation)
     for seed in seeds:
         for arm in arms:
@@ -271,6 +272,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="GRPO steps per trial (default: train.steps)")
     parser.add_argument("--eval-every", type=int, help="an eval every E steps (default: train.eval_every)")
     parser.add_argument("--quick", action="store_true", help="one seed")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="seed N alone (one seed of a longer bench per session; report all with --seeds)",
+    )
     parser.add_argument("--ablation", choices=sorted(ABLATIONS), help="compare the two arms of an ablation")
     parser.add_argument("--out", help="output directory (default runs/learning/<config>[-<ablation>])")
     parser.add_argument("--report-only", action="store_true", help="report the trials already run; run none")
@@ -279,6 +285,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.steps is not None and args.steps < 1):
         parser.error("--seeds and --steps must be >= 1")
+    if args.seed is not None and (args.seed < 0 or args.quick):
+        parser.error("--seed: expected a seed >= 0, and not with --quick")
     return args
 
 
