@@ -23,6 +23,9 @@ Contract (what the driver and the Generator rely on):
   gradients are computed apart (from one forward per micro-batch, a backward each) and projected by
   ``policies.surgery.project`` (paper 000, eq. 11) before the one update; the KL term's gradient is
   added unprojected.
+- ``reset_optimizer()`` forgets AdamW's moments and step count (the weights and ``version`` stay):
+  the next update is a fresh optimizer's first, as when RL starts after a warm start in a
+  two-stage recipe.
 - ``export_weights(path)`` writes a safetensors file for vLLM with ``lm_head.weight`` present as its
   own tensor even when tied; checkpoints are ``actors.learner_checkpoint``'s.
 
@@ -130,6 +133,11 @@ class Learner:
         return self._version
 
     # -- updates ----------------------------------------------------------------------------------
+
+    def reset_optimizer(self) -> None:
+        """Forget AdamW's moments and step count; weights and ``version`` stay. Every ZeRO stage and
+        the bf16 wrapper step this one torch optimizer, whose state is built again on the next step."""
+        self._optimizer.state.clear()
 
     def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
         """One update of the GRPO family on ``samples``: PPO-clip against the rollout logprobs,

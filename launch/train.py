@@ -99,6 +99,9 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
             )
 
         start = "warmstart" if expert is not None or saved is not None else "base"
+        if start == "warmstart" and resume is None and cfg.warmstart.reset_optimizer:
+            await s.actors.trainer.reset_optimizer()  # after a kept warm start was saved with its moments
+            print("RL starts from fresh optimizer moments (warmstart.reset_optimizer)", flush=True)
         if train_evaluated and resume is None and f"{start}_train" not in results:
             results[f"{start}_train"] = await evaluate(s, train_evaluated, f"{start}_train", 0)
         if cfg.train.checkpoint_every and resume is None:  # a run stopped later keeps all of the above

@@ -434,6 +434,25 @@ def test_sft_step_lowers_the_nll_of_a_demonstration(model_dir: str) -> None:
     assert {g["lr"] for g in learner._optimizer.param_groups} == {1e-6}  # the RL lr is back
 
 
+def test_after_reset_optimizer_the_next_update_is_a_fresh_optimizers_first(model_dir: str) -> None:
+    warm = _learner(model_dir, lr=1e-3)
+    for i in range(3):  # a warm start: its moments point at the demonstrations
+        warm.sft_step([_sample(10 + i, 24, prompt=8)], lr=1e-2)
+    kept = _learner(model_dir, lr=1e-3)
+    kept._engine.module.load_state_dict(_weights(warm))
+    kept._optimizer.load_state_dict(warm._optimizer.state_dict())
+    fresh = _learner(model_dir, lr=1e-3)
+    fresh._engine.module.load_state_dict(_weights(warm))
+
+    warm.reset_optimizer()
+    assert warm.version == 3 and not warm._optimizer.state
+    for learner in (warm, kept, fresh):
+        learner.train_step(_batch())
+    assert _max_diff(_weights(warm), _weights(fresh)) == 0.0
+    assert _max_diff(_weights(kept), _weights(fresh)) > 1e-4  # the moments it kept moved it elsewhere
+    assert {int(s["step"]) for s in warm._optimizer.state.values()} == {1}
+
+
 def test_checkpoint_round_trip_restores_version_weights_optimizer_and_rng(
     model_dir: str, tmp_path: Path
 ) -> None:

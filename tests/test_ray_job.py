@@ -122,6 +122,7 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
             *short_run,
             "run_name=second",
             f"warmstart.from_run={run_dir}",
+            "warmstart.reset_optimizer=true",
             "wandb.mode=disabled",
         ],
         cwd=REPO,
@@ -150,3 +151,21 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
 
     assert step_tasks(second_dir) == step_tasks(run_dir)
     assert "train: base_success=" in second.stdout and "warmstart_success=" in second.stdout
+
+    # The job's one RL update went on with its warm start's AdamW moments; the second run's started
+    # from fresh ones (warmstart.reset_optimizer): its final checkpoint's step count is that one update.
+    assert "RL starts from fresh optimizer moments" in second.stdout
+    assert "fresh optimizer moments" not in output
+    assert optimizer_steps(second_dir / "checkpoint") == {1}
+    assert optimizer_steps(run_dir / "checkpoint") == {optimizer_steps(run_dir / "warmstart").pop() + 1}
+
+
+def optimizer_steps(checkpoint_dir: Path) -> set[int]:
+    """The AdamW step counts in the latest DeepSpeed checkpoint of ``checkpoint_dir`` (ZeRO 0)."""
+    import torch
+
+    tag = (checkpoint_dir / "latest").read_text().strip()
+    states = torch.load(
+        checkpoint_dir / tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False
+    )
+    return {int(s["step"]) for s in states["optimizer"]["state"].values()}

@@ -41,6 +41,8 @@ each, with the same base overrides:
   and warm-started on 32 demonstrations.
 - ``observation_rule``: trained with full observations / with the rule, both evaluated under the
   rule (paper 002, §5.3: matched training; ``OBSERVATION_RULE``).
+- ``optimizer_reset``: RL going on with the warm start's AdamW moments / from fresh ones
+  (``warmstart.reset_optimizer``).
 - ``placement``: colocated / async (success per step and per training second).
 """
 
@@ -133,6 +135,14 @@ ABLATIONS: dict[str, Ablation] = {
             ),
             metrics=("input_tokens",),
             shares_warm_start=False,  # the demonstrations, too, run under the rollout's rule
+        ),
+        Ablation(
+            "optimizer_reset",
+            (
+                Arm("kept_moments", ("warmstart.reset_optimizer=false",)),
+                Arm("fresh_moments", ("warmstart.reset_optimizer=true",)),
+            ),
+            metrics=("unparsed_calls", "valid_call"),
         ),
         Ablation(
             "placement",
