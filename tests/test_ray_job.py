@@ -152,12 +152,15 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
     assert step_tasks(second_dir) == step_tasks(run_dir)
     assert "train: base_success=" in second.stdout and "warmstart_success=" in second.stdout
 
-    # The job's one RL update went on with its warm start's AdamW moments; the second run's started
-    # from fresh ones (warmstart.reset_optimizer): its final checkpoint's step count is that one update.
+    # The job's RL step went on with its warm start's AdamW moments, the second run's from fresh
+    # ones (warmstart.reset_optimizer): their final step counts are the warm start's, or none, plus
+    # the step's one update (none when all its rewards were equal).
     assert "RL starts from fresh optimizer moments" in second.stdout
     assert "fresh optimizer moments" not in output
-    assert optimizer_steps(second_dir / "checkpoint") == {1}
-    assert optimizer_steps(run_dir / "checkpoint") == {optimizer_steps(run_dir / "warmstart").pop() + 1}
+    (warm,) = optimizer_steps(run_dir / "warmstart")
+    assert warm >= 1
+    assert optimizer_steps(run_dir / "checkpoint") in ({warm}, {warm + 1})
+    assert optimizer_steps(second_dir / "checkpoint") in (set(), {1})
 
 
 def optimizer_steps(checkpoint_dir: Path) -> set[int]:
