@@ -28,7 +28,11 @@ VOCAB = 512
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("tiny-llama")
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def tiny_llama(path: Path) -> str:
+    """A two-layer Llama with random weights saved in ``path``; its directory."""
     torch.manual_seed(0)
     config = LlamaConfig(
         hidden_size=64,
