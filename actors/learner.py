@@ -23,6 +23,8 @@ Contract (what the driver and the Generator rely on):
   gradients are computed apart (from one forward per micro-batch, a backward each) and projected by
   ``policies.surgery.project`` (paper 000, eq. 11) before the one update; the KL term's gradient is
   added unprojected.
+- ``anchor_reference(hf_dir=None)`` makes the KL reference model the current policy (or a
+  saved one): the policy RL starts from, once the warm start is done.
 - ``reset_optimizer()`` forgets AdamW's moments and step count (the weights and ``version`` stay):
   the next update is a fresh optimizer's first, as when RL starts after a warm start in a
   two-stage recipe.
@@ -134,6 +136,19 @@ class Learner:
 
     # -- updates ----------------------------------------------------------------------------------
 
+    def anchor_reference(self, hf_dir: str | None = None) -> None:
+        """Make the KL reference (``algo.kl_reference: base``) the current policy, or the model
+        saved in ``hf_dir`` (a checkpoint's ``hf``): the driver anchors it where RL starts, after
+        the warm start, so that the KL term holds RL near the policy it started from rather than
+        near the model before its warm start. Nothing to do without a reference model."""
+        if self._ref is None:
+            return
+        if hf_dir is None:
+            state = learner_checkpoint.full_state_dict(self._engine.module, self.cfg.zero_stage)
+        else:
+            state = type(self._ref).from_pretrained(hf_dir, dtype=self._ref.dtype).state_dict()
+        self._ref.load_state_dict(state)
+
     def reset_optimizer(self) -> None:
         """Forget AdamW's moments and step count; weights and ``version`` stay. Every ZeRO stage and
         the bf16 wrapper step this one torch optimizer, whose state is built again on the next step."""
@@ -171,7 +186,8 @@ class Learner:
         return forward_logprobs(self._engine, batch)
 
     def _reference(self) -> Forward | None:
-        """The KL reference's logprobs: the frozen base model's, or ``None`` for the rollout policy's."""
+        """The KL reference's logprobs: the frozen reference model's (the base model, or the policy
+        ``anchor_reference`` kept), or ``None`` for the rollout policy's."""
         ref = self._ref
         return None if ref is None else lambda batch: forward_logprobs(ref, batch)
 

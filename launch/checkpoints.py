@@ -13,7 +13,9 @@ generator and continues at ``step + 1`` from that position: the same tasks in th
 step repeated or skipped (in async placement the rollouts drawn ahead of the checkpoint are
 discarded and drawn again, identically). Step 0 is the start of the RL steps, saved once the
 warm start, the evals before training and curation's first profile are done: a run stopped before
-its first step's checkpoint goes on from there instead of doing them again.
+its first step's checkpoint goes on from there instead of doing them again. With a KL reference
+(``algorithm.kl_coef > 0``, ``kl_reference: base``) step 0 is never pruned: a resumed run's
+reference is the policy its RL started from (``reference_dir``).
 """
 
 from __future__ import annotations
@@ -100,9 +102,21 @@ def resolve_resume(resume: str | None, root: str) -> str | None:
     return resume
 
 
-def prune(root: str, keep: int) -> list[str]:
-    """Remove all but the ``keep`` latest complete step checkpoints; returns what was removed."""
-    steps = complete_steps(root)
+def reference_dir(root: str) -> str:
+    """The model RL started from, as a resumed run's KL reference: ``step-0000``'s ``hf``."""
+    path = os.path.join(step_dir(root, 0), "hf")
+    if not os.path.isdir(path):
+        raise ValueError(
+            f"{path}: missing; a run with a KL reference resumes against the policy its RL started "
+            "from, the step-0000 checkpoint (kept by train.checkpoint_every when algorithm.kl_coef > 0)"
+        )
+    return path
+
+
+def prune(root: str, keep: int, keep_start: bool = False) -> list[str]:
+    """Remove all but the ``keep`` latest complete step checkpoints (and ``step-0000``, the policy RL
+    started from, with ``keep_start``); returns what was removed."""
+    steps = [(step, path) for step, path in complete_steps(root) if not (keep_start and step == 0)]
     removed = [path for _, path in steps[: max(len(steps) - keep, 0)]]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)

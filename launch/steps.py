@@ -159,5 +159,8 @@ async def save_step_checkpoint(s: Session, step: int, position: int, tasks: Cura
         run_id=s.run_id,
     )
     write_progress(directory, progress)
-    prune(s.cfg.checkpoint_dir, s.cfg.train.keep_checkpoints)
+    # step-0000 is a resumed run's KL reference (launch.train): kept while the KL needs one
+    prune(
+        s.cfg.checkpoint_dir, s.cfg.train.keep_checkpoints, keep_start=s.cfg.algorithm.needs_reference_model
+    )
     return directory

@@ -35,7 +35,7 @@ from specs.errors import SpecError  # noqa: E402
 
 async def train(cfg: RunConfig, verbose: bool = False) -> int:
     from actors.placement import publish_weights
-    from launch.checkpoints import read_progress, resolve_resume
+    from launch.checkpoints import read_progress, reference_dir, resolve_resume
     from launch.experts import run_expert
     from launch.phases import evaluate, warm_start
     from launch.run_results import closing_table, read_run
@@ -54,6 +54,11 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
     expert = run_expert(cfg, train_split, eval_split) if cfg.warmstart.enabled else None
     stream = TaskStream(train_tasks, cfg.seed)
     resume = resolve_resume(cfg.train.resume, cfg.checkpoint_dir)
+    resumed_reference = (  # the KL's reference of a resumed run: the policy its RL started from
+        reference_dir(cfg.checkpoint_dir)
+        if resume is not None and cfg.warmstart.enabled and cfg.algorithm.needs_reference_model
+        else None
+    )
     saved = (
         read_saved(cfg.warmstart.from_run, eval_tasks, cfg.train.eval_samples)
         if cfg.warmstart.from_run
@@ -99,9 +104,13 @@ async def train(cfg: RunConfig, verbose: bool = False) -> int:
             )
 
         start = "warmstart" if expert is not None or saved is not None else "base"
-        if start == "warmstart" and resume is None and cfg.warmstart.reset_optimizer:
-            await s.actors.trainer.reset_optimizer()  # after a kept warm start was saved with its moments
-            print("RL starts from fresh optimizer moments (warmstart.reset_optimizer)", flush=True)
+        if start == "warmstart" and resume is None:
+            await s.actors.trainer.anchor_reference()  # the KL's reference: the policy RL starts from
+            if cfg.warmstart.reset_optimizer:
+                await s.actors.trainer.reset_optimizer()  # after a kept warm start was saved with its moments
+                print("RL starts from fresh optimizer moments (warmstart.reset_optimizer)", flush=True)
+        elif resumed_reference is not None:
+            await s.actors.trainer.anchor_reference(resumed_reference)
         if train_evaluated and resume is None and f"{start}_train" not in results:
             results[f"{start}_train"] = await evaluate(s, train_evaluated, f"{start}_train", 0)
         if cfg.train.checkpoint_every and resume is None:  # a run stopped later keeps all of the above

@@ -34,8 +34,9 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     kl_estimator: Literal["k1", "k3"] = "k3"
     """KL estimator: ``k1`` = logp - logp_ref, ``k3`` = exp(d) - d - 1 with d = logp_ref - logp."""
     kl_reference: Literal["base", "rollout"] = "base"
-    """KL against the frozen base model (a copy is kept) or against the rollout-time policy (its
-    recorded logprobs: no copy)."""
+    """KL against a frozen copy of the policy RL starts from (``base``: the model after its warm
+    start, the base model without one) or against the rollout-time policy (its recorded logprobs:
+    no copy)."""
     std_normalize: bool | None = None
     """Divide group-centred rewards by the group's standard deviation (``null``: by ``type``)."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] | None = None

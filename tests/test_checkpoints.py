@@ -11,6 +11,7 @@ from launch.checkpoints import (
     complete_steps,
     prune,
     read_progress,
+    reference_dir,
     resolve_resume,
     step_dir,
     write_progress,
@@ -62,3 +63,14 @@ def test_prune_keeps_the_latest_complete_checkpoints(tmp_path: Path) -> None:
     assert [Path(p).name for p in removed] == ["step-0001"]
     assert [step for step, _ in complete_steps(str(tmp_path))] == [2, 3]
     assert Path(partial).exists()  # an incomplete one is not a checkpoint: left for the next save
+
+
+def test_prune_keeps_the_start_of_rl_when_asked(tmp_path: Path) -> None:
+    for step in (0, 1, 2, 3):
+        checkpoint(tmp_path, step)
+    assert [Path(p).name for p in prune(str(tmp_path), keep=1, keep_start=True)] == ["step-0001", "step-0002"]
+    assert [step for step, _ in complete_steps(str(tmp_path))] == [0, 3]
+    with pytest.raises(ValueError, match="step-0000"):
+        reference_dir(str(tmp_path))  # the test's checkpoints hold no hf model
+    (tmp_path / "step-0000" / "hf").mkdir()
+    assert reference_dir(str(tmp_path)) == str(tmp_path / "step-0000" / "hf")

@@ -210,6 +210,29 @@ def test_kl_penalty_is_zero_at_first_and_positive_once_the_policy_moved(model_di
     assert _learner(model_dir)._ref is None  # no reference copy without a KL term
 
 
+def test_the_kl_reference_is_anchored_where_rl_starts_not_before_the_warm_start(
+    model_dir: str, tmp_path: Path
+) -> None:
+    learner = _learner(model_dir, kl_coef=0.5, lr=1e-3)
+    for i in range(3):
+        learner.sft_step([_sample(30 + i, 24, prompt=8)], lr=1e-2)
+    assert learner.train_step(_batch())["kl"] > 1e-6  # against the model before its warm start
+    learner.anchor_reference()
+    assert learner.train_step(_batch())["kl"] == pytest.approx(0.0, abs=1e-7)  # against itself
+    learner.save_checkpoint(str(tmp_path / "start"))
+    learner.train_step(_batch())
+    assert learner.train_step(_batch())["kl"] > 1e-6
+    learner.anchor_reference(str(tmp_path / "start" / "hf"))  # a resumed run's: the saved start
+    assert _max_diff(learner._ref.state_dict(), _weights(_learner_at(model_dir, tmp_path / "start"))) == 0.0
+    _learner(model_dir).anchor_reference()  # without a KL term there is no reference to anchor
+
+
+def _learner_at(model_dir: str, checkpoint: Path) -> Learner:
+    learner = _learner(model_dir)
+    learner.load_checkpoint(str(checkpoint))
+    return learner
+
+
 def test_a_second_epoch_on_one_batch_is_clipped_against_the_rollout_policy(model_dir: str) -> None:
     """``learner.epochs_per_step`` > 1 runs ``train_step`` again on the same batch (PPO-style reuse):
     its ratio is taken against the batch's rollout logprobs, not the moved policy's, so the first

@@ -123,6 +123,7 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
             "run_name=second",
             f"warmstart.from_run={run_dir}",
             "warmstart.reset_optimizer=true",
+            "algorithm.kl_coef=0.01",
             "wandb.mode=disabled",
         ],
         cwd=REPO,
@@ -161,6 +162,9 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
     assert warm >= 1
     assert optimizer_steps(run_dir / "checkpoint") in ({warm}, {warm + 1})
     assert optimizer_steps(second_dir / "checkpoint") in (set(), {1})
+    # Its KL reference is the policy its RL started from (the adopted warm start), not the base
+    # model: zero at its first update (a step whose rewards were all equal updates nothing).
+    assert all(row["kl"] == pytest.approx(0.0, abs=1e-6) for row in rows(second_dir, "train") if "kl" in row)
 
 
 def optimizer_steps(checkpoint_dir: Path) -> set[int]:
