@@ -210,7 +210,8 @@ class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     reset_optimizer: bool = False
     """Start the RL updates from fresh AdamW moments and step count, as two-stage (SFT, then RL)
     recipes do. ``false``: RL goes on with the warm start's moments, and its first updates mostly
-    continue the last demonstrations' momentum (BENCHMARKS.md, "the warm start's momentum"). A kept
+    continue the last demonstrations' momentum (BENCHMARKS.md, apps at 8 tasks a step, "Where the
+    drift came from"; ``python -m launch.bench.warmstart_momentum`` measures it). A kept
     warm start (``save``) keeps its moments; a run starting from it (``from_run``) resets them or not
     by its own setting."""
     save: bool = False

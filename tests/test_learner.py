@@ -210,6 +210,24 @@ def test_kl_penalty_is_zero_at_first_and_positive_once_the_policy_moved(model_di
     assert _learner(model_dir)._ref is None  # no reference copy without a KL term
 
 
+@pytest.mark.parametrize("zero_stage", [0, 1, 2])
+def test_a_reset_optimizers_first_update_moves_every_weight_by_lr_under_each_zero_stage(
+    model_dir: str, tmp_path: Path, zero_stage: int
+) -> None:
+    learner = _learner(model_dir, lr=1e-3, zero_stage=zero_stage)
+    for i in range(3):
+        learner.sft_step([_sample(10 + i, 24, prompt=8)], lr=1e-2)
+    learner.reset_optimizer()
+    learner.save_checkpoint(str(tmp_path / "reset"))  # a step checkpoint right after the reset
+    learner.load_checkpoint(str(tmp_path / "reset"))
+    before = _weights(learner)
+    learner.train_step(_batch())
+    moved = torch.cat([(w - before[k]).abs().flatten() for k, w in _weights(learner).items()])
+    # A fresh AdamW's first step is lr * g / (|g| + eps): lr wherever the gradient is not ~0.
+    assert moved.max().item() == pytest.approx(1e-3, rel=1e-4)
+    assert moved[moved > 0].median().item() == pytest.approx(1e-3, rel=1e-4)
+
+
 def test_the_kl_reference_is_anchored_where_rl_starts_not_before_the_warm_start(
     model_dir: str, tmp_path: Path
 ) -> None:

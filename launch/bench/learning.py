@@ -32,8 +32,8 @@ that trial rather than deleting it (``longer_attempt``).
 The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first arm's paired gain).
 
 ``--quick``: one seed (the `make demo` setting measured once). ``--seed N``: seed N alone, for
-a bench whose seeds take a session each (then ``--seeds K --report-only`` reports them together). Ablations (``ABLATIONS``): two arms
-each, with the same base overrides:
+a bench whose seeds take a session each (then ``--seeds K --report-only`` reports them together).
+Ablations (``ABLATIONS``): two arms each, with the same base overrides:
 
 - ``tool_bonus``: adoption returns with the dense tool bonus off / on (paper 002, Eqs. 3-4).
 - ``disentangle``: one scalar outcome reward on every token / masked reasoning and tool families

@@ -92,14 +92,12 @@ def compare(warmstart_dir: str, step_dir: str) -> Movement:
     indices = [i for g in optimizer["param_groups"] for i in g["params"]]
     steps = int(later["version"]) - int(warm["version"])
     actual_sq = pred_sq = dot = 0.0
-    t = None
     for name, index in zip(names, indices, strict=True):
         state = optimizer["state"][index]
-        t = int(state["step"])
         pred = momentum_only_movement(
             state["exp_avg"].double(),
             state["exp_avg_sq"].double(),
-            t=t,
+            t=int(state["step"]),
             steps=steps,
             lr=group["lr"],
             betas=tuple(group["betas"]),
