@@ -122,3 +122,25 @@ def test_v2_groups_go_beside_this_process_where_the_parent_hands_the_controllers
     (tmp_path / "cgroup.subtree_control").write_text("cpu\n")
     assert _find_v2(tmp_path, {"": "/"}) is None
     assert not (tmp_path / "mcprl-envs").exists()  # nothing made where it could not be used
+
+
+def test_pending_groups_are_removed_once_empty_and_kept_while_busy(tmp_path: Path) -> None:
+    """``retry_pending_groups`` (bwrap's groups that outlived their environment): an empty group
+    goes, a busy one stays listed, one removed by someone else drops off, and the list merges the
+    new ones. A file inside a plain directory stands in for a process in a cgroup (rmdir fails)."""
+    from actors.provisioners.bwrap import PENDING_GROUPS, retry_pending_groups
+
+    root = tmp_path / "envs"
+    root.mkdir()
+    empty, busy, gone = (tmp_path / "cg" / name for name in ("empty", "busy", "gone"))
+    for group in (empty, busy):
+        group.mkdir(parents=True)
+    (busy / "cgroup.procs").write_text("4242\n")
+    assert retry_pending_groups(root) == []  # nothing pending: no file made
+    assert not (root / PENDING_GROUPS).exists()
+    assert retry_pending_groups(root, add=[str(busy), str(empty), str(gone)]) == [str(busy)]
+    assert not empty.exists() and busy.is_dir()
+    assert (root / PENDING_GROUPS).read_text() == f"{busy}\n"
+    (busy / "cgroup.procs").unlink()
+    assert retry_pending_groups(root) == []
+    assert not busy.exists() and (root / PENDING_GROUPS).read_text() == ""

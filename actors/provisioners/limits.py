@@ -179,9 +179,16 @@ def tally(texts: list[tuple[str, str]]) -> dict[str, int]:
     return counts
 
 
-def remove(groups: list[str], wait_s: float = 5.0) -> None:
-    """Remove the environment's groups once their processes are gone (killed by the caller)."""
-    deadline = time.monotonic() + wait_s
+REMOVE_WAIT_S = 5.0
+"""How long ``remove`` waits by default for a group's last processes to finish dying."""
+
+
+def remove(groups: list[str], wait_s: float | None = None) -> list[str]:
+    """Remove the environment's groups once their processes are gone (killed by the caller); the
+    groups still there after ``wait_s`` (``REMOVE_WAIT_S``), busy with processes that are still
+    exiting (the caller retries them later: ``bwrap.BwrapProvisioner``'s pending groups)."""
+    deadline = time.monotonic() + (REMOVE_WAIT_S if wait_s is None else wait_s)
+    left: list[str] = []
     for group in map(Path, groups):
         while True:
             try:
@@ -190,10 +197,12 @@ def remove(groups: list[str], wait_s: float = 5.0) -> None:
             except FileNotFoundError:
                 break
             except OSError as e:  # EBUSY while the last processes finish dying
-                if time.monotonic() > deadline:
-                    logger.warning("cgroup %s not removed: %s", group, e)
+                if time.monotonic() >= deadline:
+                    logger.debug("cgroup %s not removed yet: %s", group, e)
+                    left.append(str(group))
                     break
                 time.sleep(0.05)
+    return left
 
 
 def _own_cgroups() -> dict[str, str]:
