@@ -207,13 +207,13 @@ class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Learning rate of the warm start."""
     batch_size: int = 4
     """Demonstrations per optimizer step."""
-    reset_optimizer: bool = False
+    reset_optimizer: bool = True
     """Start the RL updates from fresh AdamW moments and step count, as two-stage (SFT, then RL)
-    recipes do. ``false``: RL goes on with the warm start's moments, and its first updates mostly
-    continue the last demonstrations' momentum (BENCHMARKS.md, apps at 8 tasks a step, "Where the
-    drift came from"; ``python -m launch.bench.warmstart_momentum`` measures it). A kept
-    warm start (``save``) keeps its moments; a run starting from it (``from_run``) resets them or not
-    by its own setting."""
+    recipes do, so that RL's steps are RL's own. ``false``: RL goes on with the warm start's
+    moments, and its first updates mostly continue the last demonstrations' momentum (BENCHMARKS.md,
+    apps at 8 tasks a step, "Where the drift came from"; ``python -m launch.bench.warmstart_momentum``
+    measures it; ``--ablation optimizer_reset`` compares the two). A kept warm start (``save``) keeps
+    its moments; a run starting from it (``from_run``) resets them or not by its own setting."""
     save: bool = False
     """Keep the warm start in ``<run_dir>/warmstart/`` (the learner's checkpoint and the task
     position), for other runs to start from (``from_run``)."""

@@ -96,6 +96,7 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
                 *short_run,
                 "run_name=job",
                 "warmstart.save=true",
+                "warmstart.reset_optimizer=false",
             ],
             env=env,
             capture_output=True,
@@ -122,7 +123,6 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
             *short_run,
             "run_name=second",
             f"warmstart.from_run={run_dir}",
-            "warmstart.reset_optimizer=true",
             "algorithm.kl_coef=0.01",
             "wandb.mode=disabled",
         ],
@@ -153,9 +153,9 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
     assert step_tasks(second_dir) == step_tasks(run_dir)
     assert "train: base_success=" in second.stdout and "warmstart_success=" in second.stdout
 
-    # The job's RL step went on with its warm start's AdamW moments, the second run's from fresh
-    # ones (warmstart.reset_optimizer): their final step counts are the warm start's, or none, plus
-    # the step's one update (none when all its rewards were equal).
+    # The job's RL step went on with its warm start's AdamW moments (warmstart.reset_optimizer=false),
+    # the second run's from fresh ones (the default): their final step counts are the warm start's,
+    # or none, plus the step's one update (none when all its rewards were equal).
     assert "RL starts from fresh optimizer moments" in second.stdout
     assert "fresh optimizer moments" not in output
     (warm,) = optimizer_steps(run_dir / "warmstart")
