@@ -365,6 +365,25 @@ def test_an_ablation_reports_treatment_minus_reference_in_each_metric(tmp_path, 
     )
 
 
+def test_the_ablation_table_keeps_its_columns_apart_with_long_arm_names(tmp_path, capsys):
+    out = str(tmp_path)
+    argv = ["--ablation", "optimizer_reset", "--quick", "--out", out, "--report-only", "wandb.mode=disabled"]
+    bench = plan(parse_args(argv))
+    for arm, final in (
+        ("kept_moments", [True, False, False, False]),
+        ("fresh_moments", [True, True, True, False]),
+    ):
+        cfg = config_of(bench, f"{arm}-s0")
+        evals = {"base": [False] * 4, "warmstart": [False] * 4, "final": final}
+        write_trial(cfg, evals, [5.0] * cfg.train.steps)
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[lines.index("ablation optimizer_reset (final evals, paired by seed and task):") + 1]
+    assert header.split() == ["metric", "kept_moments", "fresh_moments", "fresh_moments", "-", "kept_moments"]
+    success = next(line for line in lines if line.startswith("success "))
+    assert success.split() == ["success", "0.25±0.25", "0.75±0.25", "+0.50±0.29"]
+
+
 def test_a_trial_not_finished_is_named_when_nothing_can_be_compared(tmp_path, capsys):
     assert main(["--quick", "--out", str(tmp_path), "--report-only"]) == 1
     assert "no seed has a finished trial of every arm (grpo)" in capsys.readouterr().err

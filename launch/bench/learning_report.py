@@ -210,10 +210,12 @@ def format_tables(result: Mapping[str, Any]) -> str:
     if ablation:
         ref, treat = ablation["reference"], ablation["treatment"]
         lines.append(f"ablation {ablation['name']} (final evals, paired by seed and task):")
-        lines.append(f"{'metric':<20}{ref:>16}{treat:>16}{f'{treat} - {ref}':>24}")
+        label = f"{treat} - {ref}"
+        wide = max(24, len(label) + 2)  # a column apart from the arm before it, whatever the names
+        lines.append(f"{'metric':<20}{ref:>16}{treat:>16}{label:>{wide}}")
         for metric, m in ablation["metrics"].items():
             lines.append(
-                f"{metric:<20}{cell(m[ref]):>16}{cell(m[treat]):>16}{cell(m['difference'], True):>24}"
+                f"{metric:<20}{cell(m[ref]):>16}{cell(m[treat]):>16}{cell(m['difference'], True):>{wide}}"
             )
     return "\n".join(lines)
 
