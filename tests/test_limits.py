@@ -125,22 +125,22 @@ def test_v2_groups_go_beside_this_process_where_the_parent_hands_the_controllers
 
 
 def test_pending_groups_are_removed_once_empty_and_kept_while_busy(tmp_path: Path) -> None:
-    """``retry_pending_groups`` (bwrap's groups that outlived their environment): an empty group
-    goes, a busy one stays listed, one removed by someone else drops off, and the list merges the
-    new ones. A file inside a plain directory stands in for a process in a cgroup (rmdir fails)."""
-    from actors.provisioners.bwrap import PENDING_GROUPS, retry_pending_groups
+    """``retry_pending`` (bwrap's groups that outlived their environment): an empty group goes, a
+    busy one stays listed, one removed by someone else drops off, and the list merges the new
+    ones. A file inside a plain directory stands in for a process in a cgroup (rmdir fails)."""
+    from actors.provisioners.limits import retry_pending
 
-    root = tmp_path / "envs"
-    root.mkdir()
+    pending = tmp_path / "envs" / "cgroups-pending"
+    pending.parent.mkdir()
     empty, busy, gone = (tmp_path / "cg" / name for name in ("empty", "busy", "gone"))
     for group in (empty, busy):
         group.mkdir(parents=True)
     (busy / "cgroup.procs").write_text("4242\n")
-    assert retry_pending_groups(root) == []  # nothing pending: no file made
-    assert not (root / PENDING_GROUPS).exists()
-    assert retry_pending_groups(root, add=[str(busy), str(empty), str(gone)]) == [str(busy)]
+    assert retry_pending(pending) == []  # nothing pending: no file made
+    assert not pending.exists()
+    assert retry_pending(pending, add=[str(busy), str(empty), str(gone)]) == [str(busy)]
     assert not empty.exists() and busy.is_dir()
-    assert (root / PENDING_GROUPS).read_text() == f"{busy}\n"
+    assert pending.read_text() == f"{busy}\n"
     (busy / "cgroup.procs").unlink()
-    assert retry_pending_groups(root) == []
-    assert not busy.exists() and (root / PENDING_GROUPS).read_text() == ""
+    assert retry_pending(pending) == []
+    assert not busy.exists() and pending.read_text() == ""

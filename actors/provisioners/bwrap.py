@@ -30,8 +30,7 @@ or a fork bomb in a tool ends or stalls that environment only; ``limits_hit`` sa
 hit. Without a writable cgroup (no root, no delegation) they fall back to rlimits, per process and
 weaker, with a warning (``actors.provisioners.limits``). A cgroup still busy when its environment
 is destroyed (processes slow to exit) is removed later, by the root's next ``create`` or
-``destroy`` (``PENDING_GROUPS``). Images (``image``, ``dockerfile_path``)
-need the docker backend.
+``destroy`` (``PENDING_GROUPS``). Images (``image``, ``dockerfile_path``) need the docker backend.
 
 Processes are marked as on the local backend (``MCPRL_ENV_ID`` in their environment; children
 inherit it), so ``reset``/``destroy`` find them; killing a sandbox's outer ``bwrap`` takes its whole
@@ -58,7 +57,6 @@ server. A missing command is an ``ExecResult`` with code 1 and bwrap's message, 
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import logging
 import os
@@ -176,7 +174,7 @@ class BwrapProvisioner(LocalProvisioner):
         return info
 
     def _make_groups(self, env_id: str, wanted: Limits) -> list[str]:
-        retry_pending_groups(self.root)
+        limits.retry_pending(self.root / PENDING_GROUPS)
         cgroups = limits.find_cgroups() if self.cgroups and wanted else None
         if weak := limits.unenforced(wanted, cgroups is not None):
             _warn_once(f"bwrap environments: limits not enforced on this host: {weak.describe()}")
@@ -242,11 +240,9 @@ class BwrapProvisioner(LocalProvisioner):
             groups = found.groups(env.env_id) if found is not None else []
         if left := limits.remove(groups):
             logger.warning(
-                "bwrap env %s: cgroup(s) %s still busy; removed at this root's next create or destroy",
-                env.env_id,
-                ", ".join(left),
+                "bwrap env %s: cgroups %s busy; removed at a later create or destroy", env.env_id, left
             )
-        retry_pending_groups(self.root, add=left)
+        limits.retry_pending(self.root / PENDING_GROUPS, add=left)
 
     async def limits_hit(self, env: EnvInfo) -> dict[str, int]:
         """How often the environment hit its ``memory`` limit (processes the kernel killed) and its
@@ -317,31 +313,8 @@ def groups_of(env: EnvInfo) -> list[str]:
 
 
 PENDING_GROUPS = "cgroups-pending"
-"""Under a provisioner's root: the cgroups of destroyed environments that were still busy (their
-last processes exiting), one path per line, until ``retry_pending_groups`` removes them."""
-
-
-def retry_pending_groups(root: Path, add: Sequence[str] = ()) -> list[str]:
-    """Remove the pending groups under ``root`` (``PENDING_GROUPS``) that are empty now, after
-    adding ``add`` to them; the ones still pending. Serialised across processes by a lock on the
-    file; a group gone already counts as removed."""
-    path = Path(root) / PENDING_GROUPS
-    if not add and (not path.exists() or path.stat().st_size == 0):
-        return []
-    try:
-        with open(path, "a+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)  # released on close
-            f.seek(0)
-            pending = list(dict.fromkeys([*f.read().split(), *add]))  # no whitespace: ``limits._usable``
-            left = limits.remove(pending, wait_s=0)
-            f.seek(0)
-            f.truncate()
-            f.write("".join(f"{group}\n" for group in left))
-    except OSError as e:
-        logger.warning("pending cgroups under %s not retried: %s", root, e)
-        return list(add)
-    return left
-
+"""Under a provisioner's root: the cgroups of its destroyed environments still busy then
+(``limits.retry_pending``)."""
 
 HITS_BASE = "limits_base.json"
 """The limit counters at the environment's last reset, beside its label."""

@@ -22,11 +22,13 @@ says what is not enforced.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +204,29 @@ def remove(groups: list[str], wait_s: float | None = None) -> list[str]:
                     left.append(str(group))
                     break
                 time.sleep(0.05)
+    return left
+
+
+def retry_pending(pending: Path, add: Sequence[str] = ()) -> list[str]:
+    """Remove the groups listed in the file ``pending`` (one path per line) that are empty now,
+    after adding ``add`` to them, and keep the rest listed; the ones still pending. For groups that
+    ``remove`` gave up on while their environment's record goes: nothing else would find them
+    again. Serialised across processes by a lock on the file; a group gone already counts as
+    removed."""
+    if not add and (not pending.exists() or pending.stat().st_size == 0):
+        return []
+    try:
+        with open(pending, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released on close
+            f.seek(0)
+            listed = list(dict.fromkeys([*f.read().split(), *add]))  # no whitespace: ``_usable``
+            left = remove(listed, wait_s=0)
+            f.seek(0)
+            f.truncate()
+            f.write("".join(f"{group}\n" for group in left))
+    except OSError as e:
+        logger.warning("pending cgroups in %s not retried: %s", pending, e)
+        return list(add)
     return left
 
 
