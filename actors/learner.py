@@ -6,12 +6,12 @@ Contract (what the driver and the Generator rely on):
   a causal LM, or a vision-language model (``policies.vision.is_multimodal``: HF's
   ``AutoModelForImageTextToText``), whose samples' images go through its forward as the model's
   own processor turns them into pixels (``actors.learner_batch.collate``).
-- ``train_step(samples)`` and ``sft_step(samples)`` each apply exactly ONE optimizer update and
-  increment ``version``. The step's samples are checked and cut into micro-batches of
-  ``cfg.micro_batch_size`` right-padded sequences (``actors.learner_batch``); every micro-batch's
-  loss is a *sum* scaled by 1 / (trainable tokens of the whole step, or its number of sequences, as
-  the aggregation wants), so the accumulated gradient is the step's token-mean / sequence-mean
-  whatever the micro-batch size (DeepSpeed runs with ``managed_gradient_accumulation=false``:
+- ``train_step(samples, lr=None)`` and ``sft_step(samples, lr=None)`` each apply exactly ONE
+  optimizer update (at ``lr`` when given, else ``cfg.lr``) and increment ``version``. The step's
+  samples are checked and cut into micro-batches of ``cfg.micro_batch_size`` right-padded
+  sequences (``actors.learner_batch``); every micro-batch's loss is a *sum* scaled by 1 /
+  (trainable tokens of the whole step, or its number of sequences, as the aggregation wants), so
+  the accumulated gradient is the step's token-mean / sequence-mean whatever the micro-batch size (DeepSpeed runs with ``managed_gradient_accumulation=false``:
   backward only accumulates, ``step()`` is the boundary, clipping included).
 - GRPO-family loss (``actors.learner_losses``): PPO-clip (asymmetric ``clip_low``/``clip_high``) of
   the current policy against the samples' *rollout* logprobs (the policy that sampled them), each
@@ -32,7 +32,8 @@ Contract (what the driver and the Generator rely on):
   own tensor even when tied; checkpoints are ``actors.learner_checkpoint``'s.
 
 Not here: ``cfg.epochs_per_step`` (the driver calls ``train_step`` that many times on one batch,
-the PPO ratio then measures the drift from the rollout policy), learning-rate schedules, and
+the PPO ratio then measures the drift from the rollout policy), the learning-rate schedule (the
+driver passes each step's ``cfg.lr_at(step)``, so no scheduler state lives here), and
 multi-rank data parallelism (one process, world size 1; ZeRO stages still apply). Heavy imports
 (torch, transformers, deepspeed, ray) happen inside methods so that importing this module, and
 the launcher's ``--help``, stays instant.
@@ -40,9 +41,11 @@ the launcher's ``--help``, stays instant.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import operator
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from actors import learner_checkpoint
@@ -154,17 +157,21 @@ class Learner:
         the bf16 wrapper step this one torch optimizer, whose state is built again on the next step."""
         self._optimizer.state.clear()
 
-    def train_step(self, samples: list[TrainSample]) -> dict[str, float]:
-        """One update of the GRPO family on ``samples``: PPO-clip against the rollout logprobs,
-        aggregated by ``algo.aggregation``, plus ``kl_coef`` x KL (``algo.kl_estimator``) to the
-        base model or the rollout-time policy (``algo.kl_reference``). The per-token advantage is
-        the reasoning family's plus the tool family's, each on its tokens (``algo.attribution``);
-        with ``algo.surgery`` their two gradients are projected (``policies/surgery.py``) first."""
-        if self.algo.surgery:
-            return self._surgery_step(samples)
-        streams = ("adv_reasoning", "adv_tool")
-        loss = policy_loss(self.algo, self.max_len, self._policy, self._reference(), streams, kl=True)
-        return self._update(samples, "train_step", loss)
+    def train_step(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]:
+        """One update of the GRPO family on ``samples`` at ``lr`` (default ``cfg.lr``): PPO-clip
+        against the rollout logprobs, aggregated by ``algo.aggregation``, plus ``kl_coef`` x KL
+        (``algo.kl_estimator``) to the base model or the rollout-time policy
+        (``algo.kl_reference``). The per-token advantage is the reasoning family's plus the tool
+        family's, each on its tokens (``algo.attribution``); with ``algo.surgery`` their two
+        gradients are projected (``policies/surgery.py``) first."""
+        with self._learning_rate(lr) as used:
+            if self.algo.surgery:
+                metrics = self._surgery_step(samples)
+            else:
+                streams = ("adv_reasoning", "adv_tool")
+                loss = policy_loss(self.algo, self.max_len, self._policy, self._reference(), streams, kl=True)
+                metrics = self._update(samples, "train_step", loss)
+        return metrics | {"lr": used}
 
     # -- batches and forwards ---------------------------------------------------------------------
 
@@ -230,16 +237,25 @@ class Learner:
 
     def sft_step(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]:
         """One supervised update: mean NLL of the trainable tokens; ``lr`` overrides the RL lr for this step."""
+        with self._learning_rate(lr) as used:
+            metrics = self._update(samples, "sft_step", supervised_loss(self._policy))
+        return metrics | {"lr": used}
+
+    @contextlib.contextmanager
+    def _learning_rate(self, lr: float | None) -> Iterator[float]:
+        """Every parameter group at ``lr`` (``cfg.lr`` when ``None``) for one update, then as before."""
         groups = self._optimizer.param_groups
         saved = [g["lr"] for g in groups]
+        used = self.cfg.lr if lr is None else lr
+        if not 0 <= used < math.inf:  # written so that NaN fails too
+            raise LearnerError(f"Learner: learning rate {used!r}; expected a finite number >= 0")
         try:
             for g in groups:
-                g["lr"] = saved[0] if lr is None else lr
-            metrics = self._update(samples, "sft_step", supervised_loss(self._policy))
+                g["lr"] = used
+            yield used
         finally:
             for g, value in zip(groups, saved, strict=True):
                 g["lr"] = value
-        return metrics | {"lr": saved[0] if lr is None else lr}
 
     # -- accumulation and the update --------------------------------------------------------------
 

@@ -3,9 +3,10 @@
 ``run_steps`` drives ``actors.orchestrator.StepOrchestrator`` (colocated alternates; async samples
 step s+1 while step s trains, within ``max_staleness``) and, for each step in order, calls
 ``train_step``: drop stale groups and groups whose logged observation rule does not rebuild their
-tokens, turn the complete groups' typed scores into learner samples (``step_samples``), update,
-publish the weights, and return the step's metrics. Checkpoints and mid-run evaluations follow the
-``train`` schedule; env nodes that came up join the run between steps (``Session.join_env_nodes``).
+tokens, turn the complete groups' typed scores into learner samples (``step_samples``), update at
+the step's learning rate (``learner.lr_at``), publish the weights, and return the step's metrics.
+Checkpoints and mid-run evaluations follow the ``train`` schedule; env nodes that came up join the
+run between steps (``Session.join_env_nodes``).
 """
 
 from __future__ import annotations
@@ -82,11 +83,12 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
     if not complete:  # systemic, not one bad trajectory: stop rather than train on nothing
         raise RuntimeError(f"step {rollout.step}: every group was lost ({m.lost}); see the log above")
     samples = step_samples(s.cfg, complete)
+    lr = s.cfg.learner.lr_at(rollout.step)  # the schedule counts steps, so a resumed run goes on with it
     started = time.perf_counter()
     update: dict[str, float] = {}
     async with training_phase(actors):  # colocated on a GPU: the engine sleeps
         for _ in range(s.cfg.learner.epochs_per_step if samples else 0):
-            update = await actors.trainer.train_step(samples)
+            update = await actors.trainer.train_step(samples, lr=lr)
     update_s = time.perf_counter() - started
     started = time.perf_counter()
     if samples:
@@ -98,6 +100,7 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
         **episode_metrics([t for group in complete for t in group], gui_servers=s.cfg.gui_servers),
         **{k: float(v) for k, v in update.items()},
         "samples": float(len(samples)),
+        "lr": lr,
         "gen_tok_s": sum(t.num_generated_tokens for t in trajectories) / rollout.rollout_s,
         "rollout_s": rollout.rollout_s,
         "gate_wait_s": rollout.waited_s,

@@ -170,6 +170,10 @@ class GeneratorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     lr: float = 2e-5
     """AdamW learning rate for RL updates."""
+    warmup_steps: int = 0
+    """RL steps over which the learning rate rises linearly to ``lr`` (step s of them trains at
+    ``lr * s / warmup_steps``; see ``lr_at``); 0 keeps it constant. Fresh AdamW moments make the
+    first updates sign-like (each weight moves by about ``lr``), which a warmup tempers."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -194,6 +198,15 @@ class LearnerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ValueError(f"learner.lr must be a finite number > 0, got {self.lr}")
         if self.micro_batch_size < 1 or self.epochs_per_step < 1:
             raise ValueError("learner.micro_batch_size and learner.epochs_per_step must be >= 1")
+        if self.warmup_steps < 0:
+            raise ValueError(f"learner.warmup_steps must be >= 0, got {self.warmup_steps}")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of RL step ``step`` (1-based, as the driver counts, so a resumed run
+        continues the schedule): ``lr * min(1, step / warmup_steps)``, or ``lr`` without warmup."""
+        if step < 1:
+            raise ValueError(f"RL steps count from 1, got {step}")
+        return self.lr * min(1.0, step / self.warmup_steps) if self.warmup_steps else self.lr
 
 
 class WarmStartConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

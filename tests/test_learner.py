@@ -467,6 +467,23 @@ def test_export_weights_writes_an_untied_lm_head_equal_to_the_embeddings(
     assert _max_diff(_weights(learner), weights) == 0.0
 
 
+def test_a_train_step_runs_at_the_learning_rate_it_is_given_then_the_configured_one_again(
+    model_dir: str,
+) -> None:
+    """The driver's schedule (``learner.lr_at``) reaches the optimizer one update at a time: at lr 0
+    AdamW leaves the weights where they were (the update still counts), then ``cfg.lr`` is back."""
+    learner = _learner(model_dir)
+    before = _weights(learner)
+    metrics = learner.train_step(_batch(), lr=0.0)
+    assert metrics["lr"] == 0.0 and learner.version == 1
+    assert _max_diff(before, _weights(learner)) == 0.0
+    assert learner.train_step(_batch())["lr"] == 1e-2
+    assert _max_diff(before, _weights(learner)) > 1e-4
+    assert {g["lr"] for g in learner._optimizer.param_groups} == {1e-2}
+    with pytest.raises(LearnerError, match="learning rate nan; expected a finite number >= 0"):
+        learner.train_step(_batch(), lr=float("nan"))
+
+
 def test_sft_step_lowers_the_nll_of_a_demonstration(model_dir: str) -> None:
     learner = _learner(model_dir, lr=1e-6, gradient_checkpointing=True)
     demo = _sample(7, 24, prompt=8)

@@ -41,6 +41,8 @@ def command(tmp_path: Path, *extra: str) -> list[str]:
         "rollout.group_size=2",
         "rollout.max_turns=1",
         "rollout.max_new_tokens=16",
+        "learner.lr=3e-5",
+        "learner.warmup_steps=3",
         "wandb.mode=disabled",
         *extra,
     ]
@@ -91,6 +93,10 @@ def test_a_killed_run_resumes_at_the_next_step_with_the_same_data_order(tmp_path
     # Each step trained (and logged) once, in order, across the two processes: a step the kill
     # interrupted before its checkpoint is trained by the resumed run only.
     assert trained_steps(run_dir) == [1, 2, 3]
+    # the warmup counts RL steps, so the resumed run goes on with it rather than starting it again
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lrs = [record["lr"] for record in records if record["phase"] == "train"]
+    assert lrs == pytest.approx([1e-5, 2e-5, 3e-5])
     # The data order is the seeded stream's, as if never interrupted.
     stream = TaskStream(load_tasks(TASKS), seed=0)
     for step in (1, 2, 3):

@@ -207,6 +207,19 @@ def test_a_learning_rate_must_be_a_finite_positive_number(value: str) -> None:
         load_run_config(None, [f"learner.lr={value}"])
 
 
+def test_the_learning_rate_warms_up_linearly_over_the_first_rl_steps_then_stays() -> None:
+    cfg = load_run_config(None, ["learner.lr=1e-4", "learner.warmup_steps=4"]).learner
+    assert [cfg.lr_at(step) for step in range(1, 7)] == pytest.approx(
+        [2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4]
+    )
+    constant = load_run_config(None, ["learner.lr=1e-4"]).learner
+    assert constant.warmup_steps == 0 and {constant.lr_at(step) for step in (1, 2, 50)} == {1e-4}
+    with pytest.raises(ValueError, match="RL steps count from 1"):
+        cfg.lr_at(0)
+    with pytest.raises(SpecError, match="learner.warmup_steps must be >= 0, got -1"):
+        load_run_config(None, ["learner.warmup_steps=-1"])
+
+
 def test_an_int_field_takes_integral_spellings_and_refuses_fractions() -> None:
     cfg = load_run_config(None, ["train.steps=1e3", "rollout.max_turns=4.0", "seed=-3"])
     assert (cfg.train.steps, cfg.rollout.max_turns, cfg.seed) == (1000, 4, -3)
