@@ -2,9 +2,9 @@
 
 ``Evaluator.evaluate`` returns the episode's typed ``Score`` (``specs.trajectory``): each of the
 task's evaluators' verdicts with its message, the task success (every evaluator passed) and its
-0/1 task reward, and each reward family the run switched on (``specs.scoring``): MCPDisCo's tool
-reward (from the gateway's typed call records), its reasoning reward, and the tool-adoption return
-and bonus. A family that is off is ``None``. Advantages, metrics, W&B and the eval tables read the
+0/1 task reward (``algorithm.truncated_reward`` instead for an episode cut by a limit, when set),
+and each reward family the run switched on (``specs.scoring``): MCPDisCo's tool reward (from the
+gateway's typed call records), its reasoning reward, and the tool-adoption return and bonus. A family that is off is ``None``. Advantages, metrics, W&B and the eval tables read the
 ``Score`` and nothing else.
 
 Each ``EvaluatorSpec`` is either a generic MCP-Universe op (``func`` chain + ``op`` + ``value``),
@@ -63,6 +63,8 @@ class Evaluator:
                 Verdict(func=spec.func, op=spec.op, passed=outcome.passed, message=outcome.reason)
             )
         score = Score.of(tuple(verdicts))
+        if trajectory.truncated and self._scoring.truncated_task is not None:
+            score = msgspec.structs.replace(score, task=self._scoring.truncated_task)
         try:
             return await self._families(task, trajectory, score)
         except Exception as e:  # a reward family that cannot be computed drops the episode, loudly

@@ -31,6 +31,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("tool_adoption", "adopt", "{:>5.2f}"),
     ("tool_calls", "calls", "{:>5.2f}"),
     ("unparsed_calls", "unparsed", "{:>8.2f}"),
+    ("truncated", "cut", "{:>4.2f}"),
     ("gen_tok_s", "gen tok/s", "{:>9.1f}"),
     ("engine_busy", "busy", "{:>4.2f}"),
     ("engine_open", "open", "{:>4.1f}"),

@@ -26,6 +26,9 @@ Per-episode means, ``M = (1/n) Σ_τ v(τ)``, with ``v(τ)`` =
   never claimed to be done and is not a false success.
 - ``hallucinated_tools``: ``|{c ∈ C: error_kind(c) = unknown_tool}|``, calls of a tool name that
   does not exist: paper 002's "hallucinated tool names" (Table 3), as a count per episode.
+- ``truncated``: ``1[a = None]``: cut by the turn or context limit before a final answer; a
+  policy that learns not to stop shows here first (BENCHMARKS.md, apps at lr 5e-6: 0.06 of the
+  sampled episodes at step 1, 0.97 at step 4).
 - ``unparsed_calls``: ``|{c ∈ C: error_kind(c) = parse_error}|``, calls whose text is not a
   readable call (bad JSON, no name): the first sign of a policy losing the call format under RL
   (BENCHMARKS.md, apps at 8 tasks a step, seed 1: 0.2 a sampled episode at step 1, 3.5 at step 4).
@@ -127,6 +130,7 @@ PER_EPISODE: dict[str, Callable[[Trajectory], float]] = {
     "false_success": lambda t: 1.0 if t.final_answer is not None and not _score(t).success else 0.0,
     "hallucinated_tools": lambda t: float(sum(c.error_kind == "unknown_tool" for c in t.tool_calls)),
     "unparsed_calls": lambda t: float(sum(c.error_kind == "parse_error" for c in t.tool_calls)),
+    "truncated": lambda t: 1.0 if t.truncated else 0.0,
     "input_tokens": lambda t: float(sum(turn_input_tokens(t))),
 }
 """Metric name -> its per-episode value ``v(τ)``; the metric is the mean over episodes (with

@@ -7,6 +7,7 @@ the part of the config that grows with every method.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import msgspec
@@ -73,10 +74,19 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """Train the tool family on MCPDisCo's tool reward (paper 000, eqs. 5-8: format + correctness
     against the task's ``reference_calls`` + penalties + terminal shaping on success;
     ``rewards/tool_reward.py``) instead of the evaluator's outcome reward. Needs returns: outcome."""
+    truncated_reward: float | None = None
+    """The task reward of an episode cut by the turn or context limit before its final answer:
+    ``None`` keeps the evaluators' (an evaluator that checks only the end state passes an agent that
+    made the change and then looped to the turn limit, so RL learns not to stop: BENCHMARKS.md,
+    apps at lr 5e-6); ``0.0`` scores it as failed. Success, the metric, stays the evaluators'."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
             raise ValueError("algorithm: need 0 <= clip_low < 1, clip_high >= 0, kl_coef >= 0, eps > 0")
+        if self.truncated_reward is not None and not math.isfinite(self.truncated_reward):
+            raise ValueError(
+                f"algorithm.truncated_reward must be a finite number, got {self.truncated_reward}"
+            )
         if self.group_band is not None and not 0 <= self.group_band[0] < self.group_band[1] <= 1:
             raise ValueError(
                 f"algorithm.group_band must be (low, high) with 0 <= low < high <= 1, got {self.group_band}"

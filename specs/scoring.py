@@ -35,6 +35,8 @@ class ScoringConfig(msgspec.Struct, frozen=True, kw_only=True):
     (``rewards.reasoning_reward``)."""
     adoption: AdoptionScoring | None = None
     """Set: the tool-adoption return and bonus (``rewards.adoption``)."""
+    truncated_task: float | None = None
+    """Set: the task reward of an episode cut by the turn or context limit (``truncated``)."""
 
 
 def scoring_for(cfg: RunConfig) -> ScoringConfig:
@@ -51,4 +53,9 @@ def scoring_for(cfg: RunConfig) -> ScoringConfig:
             lambda_mcp=algo.tool_bonus,
             max_steps=rollout.max_turns,
         )
-    return ScoringConfig(tool_reward=algo.tool_reward, reasoning_format=reasoning_format, adoption=adoption)
+    return ScoringConfig(
+        tool_reward=algo.tool_reward,
+        reasoning_format=reasoning_format,
+        adoption=adoption,
+        truncated_task=algo.truncated_reward,
+    )

@@ -108,7 +108,8 @@ class Score(msgspec.Struct, frozen=True, kw_only=True):
     success: bool
     """The task succeeded: every evaluator passed. The one definition of success."""
     task: float
-    """The task reward the outcome family trains on: 1.0 on success, else 0.0."""
+    """The task reward the outcome family trains on: 1.0 on success, else 0.0; an episode cut by a
+    limit gets ``algorithm.truncated_reward`` when that is set."""
     tool: float | None = None
     """MCPDisCo's R_tool (eqs. 5-8) when ``algorithm.tool_reward`` is on."""
     reasoning: float | None = None

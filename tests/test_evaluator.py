@@ -7,15 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from actors.evaluator import Evaluator
 from actors.provisioners.local import LocalProvisioner
 from rewards.ops import EvalOutcome
+from specs.config import load_run_config
 from specs.env import EnvConfig, EnvHandle, EnvInfo
-from specs.errors import EvaluatorError
+from specs.errors import EvaluatorError, SpecError
 from specs.registry import evaluator
-from specs.scoring import AdoptionScoring, ScoringConfig
+from specs.scoring import AdoptionScoring, ScoringConfig, scoring_for
 from specs.task import TaskSpec, parse_tasks
 from specs.trajectory import Trajectory
 from tests.factories import answered
@@ -81,6 +83,30 @@ async def test_no_final_answer_fails_generic_ops_without_crashing(env: EnvInfo) 
         task({"func": "number", "op": "=", "value": 1}), answered(None), env
     )
     assert not score.success and score.verdicts[0].message == "no final answer"
+
+
+async def test_an_episode_cut_by_a_limit_gets_the_truncated_reward_and_keeps_its_success(
+    env: EnvInfo,
+) -> None:
+    """``algorithm.truncated_reward``: an end-state evaluator passes an agent that made the change
+    and then looped to the turn limit; with the rule its task reward is the rule's, its success
+    (the metric) stays the evaluators'. An episode that answered is not touched."""
+    await EnvHandle(env, LocalProvisioner()).write_file("db.txt", "387\n")
+    spec = task({"func": "raw", "op": "test.file_holds", "value": 387, "op_args": {"path": "db.txt"}})
+    looped = msgspec.structs.replace(answered(None), truncated=True)
+    kept = await Evaluator(HOOKS).evaluate(spec, looped, env)
+    assert (kept.success, kept.task) == (True, 1.0)
+    ruled = Evaluator(HOOKS, ScoringConfig(truncated_task=0.0))
+    cut = await ruled.evaluate(spec, looped, env)
+    assert (cut.success, cut.task) == (True, 0.0) and cut.verdicts == kept.verdicts
+    finished = await ruled.evaluate(spec, answered("Done."), env)
+    assert (finished.success, finished.task) == (True, 1.0)
+    cfg = load_run_config(None, ["algorithm.truncated_reward=0"])
+    assert (
+        scoring_for(cfg).truncated_task == 0.0 and scoring_for(load_run_config(None)).truncated_task is None
+    )
+    with pytest.raises(SpecError, match="algorithm.truncated_reward must be a finite number, got nan"):
+        load_run_config(None, ["algorithm.truncated_reward=nan"])
 
 
 async def test_a_crashing_or_unknown_evaluator_is_an_error_never_a_zero(env: EnvInfo) -> None:

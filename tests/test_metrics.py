@@ -113,6 +113,7 @@ def test_every_metric_of_a_hand_built_batch_is_pinned() -> None:
             "false_success": 0.25,  # b: answered, reward 0; c never answered
             "hallucinated_tools": 0.75,  # (0 + 1 + 2 + 0) / 4
             "unparsed_calls": 0.0,  # no call failed to parse (see the test below)
+            "truncated": 0.25,  # c: cut before it answered
             "input_tokens": 7.0,  # (10 + 12 + 4 + 2) / 4
             "tool_step_share": 0.625,  # tool-calling turns (1 + 2 + 2 + 0) / turns (2 + 3 + 2 + 1)
             "task_adoption": 0.5,  # one episode per task: equals tool_adoption
