@@ -401,7 +401,7 @@ class Learner:
 
     def save_checkpoint(self, dir: str) -> None:
         """DeepSpeed checkpoint (weights, optimizer, version, RNG) in ``dir``, plus a loadable HF model
-        in ``dir/hf``. The learning rate is constant (no scheduler state to keep)."""
+        in ``dir/hf``. No scheduler state: the driver passes each step's lr."""
         learner_checkpoint.save_checkpoint(
             self._engine, dir, self._version, self.cfg.zero_stage, self.model_path
         )

@@ -43,6 +43,8 @@ Ablations (``ABLATIONS``): two arms each, with the same base overrides:
   rule (paper 002, §5.3: matched training; ``OBSERVATION_RULE``).
 - ``optimizer_reset``: RL going on with the warm start's AdamW moments / from fresh ones
   (``warmstart.reset_optimizer``).
+- ``truncated_reward``: an episode cut by the turn limit scored by the evaluators / as failed
+  (``algorithm.truncated_reward``): an end-state evaluator rewards loops that made the change.
 - ``placement``: colocated / async (success per step and per training second).
 """
 
@@ -143,6 +145,11 @@ ABLATIONS: dict[str, Ablation] = {
                 Arm("fresh_moments", ("warmstart.reset_optimizer=true",)),
             ),
             metrics=("unparsed_calls", "valid_call"),
+        ),
+        Ablation(
+            "truncated_reward",
+            (Arm("evaluators"), Arm("cut_fails", ("algorithm.truncated_reward=0.0",))),
+            metrics=("truncated", "tool_calls"),
         ),
         Ablation(
             "placement",
