@@ -4,8 +4,9 @@
 task's evaluators' verdicts with its message, the task success (every evaluator passed) and its
 0/1 task reward (``algorithm.truncated_reward`` instead for an episode cut by a limit, when set),
 and each reward family the run switched on (``specs.scoring``): MCPDisCo's tool reward (from the
-gateway's typed call records), its reasoning reward, and the tool-adoption return and bonus. A family that is off is ``None``. Advantages, metrics, W&B and the eval tables read the
-``Score`` and nothing else.
+gateway's typed call records), its reasoning reward, and the tool-adoption return and bonus. A
+family that is off is ``None``. Advantages, metrics, W&B and the eval tables read the ``Score``
+and nothing else.
 
 Each ``EvaluatorSpec`` is either a generic MCP-Universe op (``func`` chain + ``op`` + ``value``),
 applied to the trajectory's final answer, or the name of a registered ``@evaluator`` function of

@@ -11,8 +11,9 @@ Contract (what the driver and the Generator rely on):
   samples are checked and cut into micro-batches of ``cfg.micro_batch_size`` right-padded
   sequences (``actors.learner_batch``); every micro-batch's loss is a *sum* scaled by 1 /
   (trainable tokens of the whole step, or its number of sequences, as the aggregation wants), so
-  the accumulated gradient is the step's token-mean / sequence-mean whatever the micro-batch size (DeepSpeed runs with ``managed_gradient_accumulation=false``:
-  backward only accumulates, ``step()`` is the boundary, clipping included).
+  the accumulated gradient is the step's token-mean / sequence-mean whatever the micro-batch size
+  (DeepSpeed runs with ``managed_gradient_accumulation=false``: backward only accumulates,
+  ``step()`` is the boundary, clipping included).
 - GRPO-family loss (``actors.learner_losses``): PPO-clip (asymmetric ``clip_low``/``clip_high``) of
   the current policy against the samples' *rollout* logprobs (the policy that sampled them), each
   reward family's sequence advantage broadcast over its tokens (``algo.attribution``), aggregated as
