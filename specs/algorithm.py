@@ -78,7 +78,9 @@ class GrpoConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """The task reward of an episode cut by the turn or context limit before its final answer:
     ``None`` keeps the evaluators' (an evaluator that checks only the end state passes an agent that
     made the change and then looped to the turn limit, so RL learns not to stop: BENCHMARKS.md,
-    apps at lr 5e-6); ``0.0`` scores it as failed. Success, the metric, stays the evaluators'."""
+    apps at lr 5e-6); ``0.0`` scores it as failed. Success, the metric, stays the evaluators'. Only
+    the outcome family reads it: ``tool_reward`` withholds its own terminal bonus from a cut episode,
+    and ``returns: adoption`` builds on success."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0 and self.kl_coef >= 0 and self.eps > 0):
