@@ -137,6 +137,15 @@ def test_every_ablation_is_a_valid_config(tmp_path):
     assert rule["mismatched"].rollout.observation_rule is None
     assert rule["mismatched"].train.eval_observation_rule == rule["matched"].rollout.observation_rule
 
+    # whatever the config sets (apps.yaml scores cut episodes as failed), one arm scores them by
+    # the evaluators and the other as failed
+    apps = os.path.join(os.path.dirname(__file__), "..", "launch", "configs", "apps.yaml")
+    cut = plan(parse_args(["--config", apps, "--ablation", "truncated_reward", "--seeds", "1"])).trials
+    assert [(a.name, c.algorithm.truncated_reward) for a, _, c in cut] == [
+        ("evaluators", None),
+        ("cut_fails", 0.0),
+    ]
+
 
 def test_the_arms_of_an_ablation_share_the_first_arms_warm_start_once_it_kept_one(tmp_path):
     from launch.bench.trial_files import finished, with_shared_warm_start

@@ -148,7 +148,10 @@ ABLATIONS: dict[str, Ablation] = {
         ),
         Ablation(
             "truncated_reward",
-            (Arm("evaluators"), Arm("cut_fails", ("algorithm.truncated_reward=0.0",))),
+            (
+                Arm("evaluators", ("algorithm.truncated_reward=null",)),
+                Arm("cut_fails", ("algorithm.truncated_reward=0.0",)),
+            ),
             metrics=("truncated", "tool_calls"),
         ),
         Ablation(
