@@ -40,11 +40,13 @@ def test_the_difference_is_paired_by_seed_and_task_with_the_reference_start_besi
     assert eval_tasks["missing"] == ["tool_calls"] and "tool_calls" not in eval_tasks["metrics"]
 
 
-def test_the_seeds_must_match(tmp_path: Path):
+def test_the_seeds_and_the_metrics_must_be_known():
     with pytest.raises(ValueError, match=r"seeds differ: reference \[0\], treatment \[1\]"):
         compare([trial(0, [0] * 4, [0] * 4)], [trial(1, [0] * 4, [0] * 4)], ["success"])
     with pytest.raises(ValueError, match=r"--treatment: seeds \[1, 1\]; expected one trial per seed"):
         compare([trial(1, [0] * 4, [0] * 4)], [trial(1, [0] * 4, [0] * 4)] * 2, ["success"])
+    with pytest.raises(ValueError, match="--metrics: unknown sucess; expected some of success, "):
+        compare([trial(0, [0] * 4, [0] * 4)], [trial(0, [0] * 4, [0] * 4)], ["sucess"])
 
 
 def test_the_command_reads_records_and_run_directories_and_says_what_is_wrong(tmp_path: Path, capsys):

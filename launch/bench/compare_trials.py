@@ -8,8 +8,9 @@ apart, e.g. two runs from one kept warm start (``warmstart.from_run``) that diff
         --treatment runs/learning/apps-tasks8-cutfails/grpo-s2 --metrics success truncated tool_calls
 
 Each argument is a trial's ``trial.json`` or the run directory holding it; the seeds of both sides
-must be the same, and the tasks compared are those every trial scored in every eval compared (a
-metric a trial's record does not hold is left out). For the eval tasks and, where every trial
+must be the same, and the tasks compared are those every trial scored in its final eval (a metric
+of ``policies.metrics.per_episode`` that a trial's record does not hold, one added since, is named
+and left out). For the eval tasks and, where every trial
 evaluated them (``train.eval_train_tasks``), the training tasks: each side's final mean with its
 SE, the start (the warm start, or the base model) of the reference, and treatment − reference.
 """
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from launch.bench.learning_report import by_group, cell, common_tasks, difference, table  # noqa: E402
 from launch.bench.trial_files import DONE  # noqa: E402
 from launch.run_results import Trial, groups_of, start_train_phase  # noqa: E402
+from policies.metrics import per_episode  # noqa: E402
 
 
 def read_trial(path: str) -> Trial:
@@ -64,6 +66,10 @@ def compare(
 ) -> list[dict[str, Any]]:
     """Per task set (eval tasks, training tasks): its groups and, per metric, each side's final
     mean ± SE, the reference's start, and treatment − reference paired by seed and task."""
+    known = per_episode()
+    unknown = [m for m in metrics if m not in known]
+    if unknown:
+        raise ValueError(f"--metrics: unknown {', '.join(unknown)}; expected some of {', '.join(known)}")
     ref, treat = by_seed(reference, "reference"), by_seed(treatment, "treatment")
     if set(ref) != set(treat):
         raise ValueError(f"seeds differ: reference {sorted(ref)}, treatment {sorted(treat)}")
@@ -106,6 +112,8 @@ def compare(
                 "missing": missing,
             }
         )
+    if not sets:
+        raise ValueError("no final eval in every trial: expected finished trials")
     return sets
 
 
