@@ -10,9 +10,9 @@ apart, e.g. two runs from one kept warm start (``warmstart.from_run``) that diff
 Each argument is a trial's ``trial.json`` or the run directory holding it; the seeds of both sides
 must be the same, and the tasks compared are those every trial scored in its final eval (a metric
 of ``policies.metrics.per_episode`` that a trial's record does not hold, one added since, is named
-and left out). For the eval tasks and, where every trial
-evaluated them (``train.eval_train_tasks``), the training tasks: each side's final mean with its
-SE, the start (the warm start, or the base model) of the reference, and treatment − reference.
+and left out). For the eval tasks and, where every trial evaluated them
+(``train.eval_train_tasks``), the training tasks: each side's final mean with its SE, the start
+(the warm start, or the base model) of the reference, and treatment − reference.
 """
 
 from __future__ import annotations
@@ -26,26 +26,32 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from launch.bench.learning_report import by_group, cell, common_tasks, difference, table  # noqa: E402
-from launch.bench.trial_files import DONE  # noqa: E402
+from launch.bench.learning_report import (  # noqa: E402
+    by_group,
+    cell,
+    common_tasks,
+    difference,
+    table,
+    train_task_groups,
+)
+from launch.bench.trial_files import DONE, results_of  # noqa: E402
 from launch.run_results import Trial, groups_of, start_train_phase  # noqa: E402
 from policies.metrics import per_episode  # noqa: E402
 
 
 def read_trial(path: str) -> Trial:
     """The trial a ``trial.json`` (or the run directory holding one) records, with its seed."""
-    import msgspec
-
     file = os.path.join(path, DONE) if os.path.isdir(path) else path
     try:
         with open(file) as f:
             record = json.load(f)
-        trial = msgspec.convert(record["results"], Trial, strict=False)
     except OSError as e:
         raise ValueError(f"{file}: {e.strerror}; expected a finished trial's {DONE}") from None
-    except (ValueError, KeyError, TypeError, msgspec.ValidationError) as e:
-        raise ValueError(f"{file}: {e}; expected a trial record with its results") from None
-    return trial
+    except ValueError as e:
+        raise ValueError(f"{file}: not JSON ({e}); expected a finished trial's {DONE}") from None
+    if not isinstance(record, dict) or "results" not in record:
+        raise ValueError(f"{file}: no field results; expected a trial record with its results")
+    return results_of(record["results"], file)
 
 
 def by_seed(trials: Sequence[Trial], side: str) -> dict[int, Trial]:
@@ -86,12 +92,7 @@ def compare(
         tasks = common_tasks(everyone, (final,))
         if not tasks:
             raise ValueError(f"{name}: no task was scored in every trial's {final} eval")
-        groups = groups_of(tasks)
-        if final == "final_train":
-            trained = set.intersection(*(set(t.trained) for t in everyone))
-            groups = {
-                g: ts for g, ts in (("all", tasks), ("trained", [i for i in tasks if i in trained])) if ts
-            }
+        groups = train_task_groups(everyone, tasks) if final == "final_train" else groups_of(tasks)
         rows, missing = {}, []
         for metric in metrics:
             if not all(metric in t.evals[final].per_task for t in everyone):

@@ -110,8 +110,7 @@ def train_task_rows(trials: Sequence[Trial]) -> dict[str, Any] | None:
     if start is None:
         return None
     tasks = common_tasks(trials, (start, "final_train"))
-    trained = set.intersection(*(set(t.trained) for t in trials))
-    groups = {g: ts for g, ts in ((ALL, tasks), ("trained", [i for i in tasks if i in trained])) if ts}
+    groups = train_task_groups(trials, tasks)
     if not groups:
         return None
     success = {p: table(trials, p, "success", tasks) for p in (start, "final_train")}
@@ -120,6 +119,13 @@ def train_task_rows(trials: Sequence[Trial]) -> dict[str, Any] | None:
         "phases": {p: by_group(v, groups) for p, v in success.items()},
         "rl_minus_start": by_group(difference(success["final_train"], success[start]), groups),
     }
+
+
+def train_task_groups(trials: Sequence[Trial], tasks: Sequence[str]) -> dict[str, list[str]]:
+    """``all`` of ``tasks`` and those ``trained`` on in every trial (a group only when not empty)."""
+    trained = set.intersection(*(set(t.trained) for t in trials))
+    groups = ((ALL, list(tasks)), ("trained", [i for i in tasks if i in trained]))
+    return {g: ts for g, ts in groups if ts}
 
 
 def curve(trials: Sequence[Trial], tasks: Sequence[str], steps: int) -> list[dict[str, float]]:

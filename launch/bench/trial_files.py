@@ -263,16 +263,22 @@ def recorded_code(cfg: RunConfig) -> str | None:
 def recorded_trial(cfg: RunConfig, arm: str, seed: int) -> Trial:
     """A finished trial's results: those its ``trial.json`` keeps (read from its run directory,
     ``read_run``, for a trial recorded before the file kept them)."""
-    import msgspec
-
     from launch import run_results
 
     results = (record_of(cfg) or {}).get("results")
     if results is None:
         return run_results.read_run(cfg.run_dir, cfg.train.steps, arm, seed)
-    try:
-        kept = msgspec.convert(results, run_results.Trial, strict=False)
-    except msgspec.ValidationError as e:
-        path = os.path.join(cfg.run_dir, DONE)
-        raise ValueError(f"{path}: field results: {e}; expected a trial's evals and step seconds") from e
+    kept = results_of(results, os.path.join(cfg.run_dir, DONE))
     return dataclasses.replace(kept, arm=arm, seed=seed, run_dir=cfg.run_dir)
+
+
+def results_of(results: object, path: str) -> Trial:
+    """The ``results`` a trial record (``path``) keeps, as a ``Trial``."""
+    import msgspec
+
+    from launch import run_results
+
+    try:
+        return msgspec.convert(results, run_results.Trial, strict=False)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"{path}: field results: {e}; expected a trial's evals and step seconds") from e
