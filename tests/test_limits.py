@@ -4,6 +4,7 @@ real enforcement (a memory hog, a fork bomb) is in ``test_backends.py``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -144,3 +145,17 @@ def test_pending_groups_are_removed_once_empty_and_kept_while_busy(tmp_path: Pat
     (busy / "cgroup.procs").unlink()
     assert retry_pending(pending) == []
     assert not busy.exists() and pending.read_text() == ""
+
+
+def test_a_base_where_no_group_can_be_made_is_named_with_its_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from actors.provisioners.limits import _usable
+
+    not_a_dir = tmp_path / "mcprl-envs"
+    not_a_dir.write_text("")  # a file where the group's parent should be: mkdir below it fails
+    with caplog.at_level(logging.WARNING, logger="actors.provisioners.limits"):
+        assert not _usable(not_a_dir)
+    assert f"cannot make a cgroup below {not_a_dir} (ENOTDIR" in caplog.text
+    assert _usable(tmp_path)  # a writable directory: the probe is made and removed
+    assert list(tmp_path.iterdir()) == [not_a_dir]

@@ -22,6 +22,7 @@ says what is not enforced.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import logging
@@ -276,7 +277,9 @@ def _usable(base: Path) -> bool:
     try:
         probe.mkdir(exist_ok=True)
         probe.rmdir()
-    except OSError:
+    except OSError as e:
+        errno_name = errno.errorcode.get(e.errno or 0, str(e.errno))
+        logger.warning("cannot make a cgroup below %s (%s: %s)", base, errno_name, e.strerror)
         return False
     return True
 
