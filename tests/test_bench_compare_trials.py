@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from launch.bench.compare_trials import compare, main, read_trial
+from launch.bench.compare_trials import compare, format_comparison, main, read_trial
 from launch.run_results import EvalPoint, Trial
 
 TASKS = ("apps-eval-seen-0000", "apps-eval-seen-0001", "apps-eval-heldout-0000", "apps-eval-heldout-0001")
@@ -67,3 +67,14 @@ def test_the_command_reads_records_and_run_directories_and_says_what_is_wrong(tm
     (tmp_path / "broken.json").write_text("{}")
     assert main(["--reference", str(tmp_path / "broken.json"), "--treatment", str(tmp_path / "treat")]) == 2
     assert "broken.json" in capsys.readouterr().err
+
+
+def test_a_long_metric_name_keeps_the_table_in_columns():
+    sets = compare(
+        [trial(0, [1, 0, 0, 0], [0, 0, 0, 0])], [trial(0, [1, 0, 0, 0], [1, 1, 0, 0])], ["success"]
+    )
+    sets[0]["metrics"]["hallucinated_tools"] = sets[0]["metrics"]["success"]
+    lines = format_comparison(sets, [0]).splitlines()
+    long_row = next(line for line in lines if line.startswith("hallucinated_tools"))
+    short_row = next(line for line in lines if line.startswith("success"))
+    assert long_row.split()[1] == "start" and len(long_row) == len(short_row)

@@ -122,7 +122,12 @@ def format_comparison(sets: Sequence[dict[str, Any]], seeds: Sequence[int]) -> s
     lines = [f"treatment - reference, final evals, paired by seed and task (seeds {list(seeds)})"]
     for s in sets:
         counts = s["groups"]
-        lines.append(f"{s['tasks']:<16}{'':<24}" + "".join(f"{f'{g} ({n})':>16}" for g, n in counts.items()))
+        width = max(
+            [16, *(len(metric) + 2 for metric in s["metrics"])]
+        )  # a long metric name keeps its column
+        lines.append(
+            f"{s['tasks']:<{width}}{'':<24}" + "".join(f"{f'{g} ({n})':>16}" for g, n in counts.items())
+        )
         for metric, row in s["metrics"].items():
             for label, key, signed in (
                 (f"start ({s['start']})", "start", False),
@@ -133,7 +138,8 @@ def format_comparison(sets: Sequence[dict[str, Any]], seeds: Sequence[int]) -> s
                 if key in row:
                     values = row[key]
                     lines.append(
-                        f"{metric:<16}{label:<24}" + "".join(f"{cell(values[g], signed):>16}" for g in counts)
+                        f"{metric:<{width}}{label:<24}"
+                        + "".join(f"{cell(values[g], signed):>16}" for g in counts)
                     )
         if s["missing"]:
             lines.append(f"not in every trial's record: {', '.join(s['missing'])}")
