@@ -122,9 +122,8 @@ def format_comparison(sets: Sequence[dict[str, Any]], seeds: Sequence[int]) -> s
     lines = [f"treatment - reference, final evals, paired by seed and task (seeds {list(seeds)})"]
     for s in sets:
         counts = s["groups"]
-        width = max(
-            [16, *(len(metric) + 2 for metric in s["metrics"])]
-        )  # a long metric name keeps its column
+        # the metric column widens for a long name (hallucinated_tools) rather than run into the next
+        width = max([16, *(len(metric) + 2 for metric in s["metrics"])])
         lines.append(
             f"{s['tasks']:<{width}}{'':<24}" + "".join(f"{f'{g} ({n})':>16}" for g, n in counts.items())
         )
