@@ -6,9 +6,11 @@ Colocated and async placement are one engine with one parameter, the staleness b
   ``completed >= s - 1 - S`` steps have trained and sent their weights to the generator;
 - at most ``S + 1`` steps are produced-but-not-trained at once (backpressure: the producer waits
   for the learner instead of piling up trajectories);
-- ``consume`` yields steps in order; a group whose oldest turn is more than ``S`` versions behind
-  the learner is dropped (``stale``) and counted. With the gate above it never happens; the check
-  makes the bound a guarantee rather than a consequence of timing.
+- ``consume`` yields steps in order; a group whose oldest turn is more than ``S`` published
+  policies behind the learner is dropped (``stale``) and counted. With the gate above it never
+  happens; the check makes the bound a guarantee rather than a consequence of timing. Staleness
+  counts the policies published since a turn's (``completed(step, version)``), not optimizer
+  updates: a step of ``learner.epochs_per_step`` updates publishes one policy.
 
 ``S = 0`` is colocated: step ``s`` starts after step ``s - 1`` trained, so generation and training
 alternate. ``S = 1`` (async, the default) is one-step off-policy: the generator samples step
@@ -86,6 +88,7 @@ class StepOrchestrator:
         self.max_staleness = max_staleness
         self._prepare, self._on_group = prepare, on_group
         self._completed = 0
+        self._published: set[int] = set()  # policy versions served after a step trained
         self._progress = anyio.Event()  # set (and replaced) whenever a step completes
         self.stale_dropped = 0
 
@@ -121,22 +124,27 @@ class StepOrchestrator:
                 ready[produced.step] = produced
             yield ready.pop(step)
 
-    def completed(self, step: int) -> None:
-        """Step ``step`` trained and its weights are served: later steps may start."""
+    def completed(self, step: int, version: int) -> None:
+        """Step ``step`` trained and the generator serves its weights, policy ``version`` (the same
+        as before when the step had nothing to train on): later steps may start."""
         if step != self._completed + 1:
             raise ValueError(f"completed({step}) out of order: step {self._completed} was the last one")
         self._completed = step
+        self._published.add(version)
         self._progress.set()
         self._progress = anyio.Event()
 
-    def drop_stale(self, rollout: StepRollout, learner_version: int) -> int:
-        """Drop (``stale``) each complete group with a turn more than ``max_staleness`` versions
-        older than ``learner_version``; returns the number of groups dropped."""
-        oldest_allowed = learner_version - self.max_staleness
+    def staleness(self, version: int) -> int:
+        """How many policies were published after ``version``: 0 for the policy served now."""
+        return sum(1 for published in self._published if published > version)
+
+    def drop_stale(self, rollout: StepRollout) -> int:
+        """Drop (``stale``) each complete group with a turn more than ``max_staleness`` published
+        policies old; returns the number of groups dropped."""
         dropped = 0
         for group in rollout.groups:
             versions = [v for t in group.trajectories for v in t.versions]
-            if group.dropped is None and versions and min(versions) < oldest_allowed:
+            if group.dropped is None and versions and self.staleness(min(versions)) > self.max_staleness:
                 group.dropped = "stale"
                 rollout.pipeline.metrics.lose("stale")
                 dropped += 1

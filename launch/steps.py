@@ -74,8 +74,7 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
     await actors.pool.sweep()  # past their time-to-live, or left by dead owners
     trajectories = [t for g in rollout.groups for t in g.trajectories]
     s.reporter.write_trajectories(f"step_{rollout.step:04d}", trajectories, s.tokenizer)
-    learner_version = await actors.trainer.get_version()
-    orchestrator.drop_stale(rollout, learner_version)
+    orchestrator.drop_stale(rollout)
     if s.cfg.rollout.observation_rule is not None:  # train only on contexts the log rebuilds
         for _ in range(drop_unreplayable(rollout.groups, s.recorder)):
             m.lose("replay_mismatch")
@@ -94,8 +93,9 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
     if samples:
         await publish_weights(actors)
     sync_s = time.perf_counter() - started
-    orchestrator.completed(rollout.step)  # the next steps may start sampling
     versions = [v for group in complete for t in group for v in t.versions]
+    stalest = orchestrator.staleness(min(versions)) if versions else 0  # in policies published since
+    orchestrator.completed(rollout.step, await actors.trainer.get_version())  # the next steps may sample
     return {
         **episode_metrics([t for group in complete for t in group], gui_servers=s.cfg.gui_servers),
         **{k: float(v) for k, v in update.items()},
@@ -106,7 +106,7 @@ async def train_step(s: Session, orchestrator: StepOrchestrator, rollout: StepRo
         "gate_wait_s": rollout.waited_s,
         "update_s": update_s,
         "sync_s": sync_s,
-        "staleness_max": float(learner_version - min(versions, default=learner_version)),
+        "staleness_max": float(stalest),
         **m.as_metrics(),
     }
 

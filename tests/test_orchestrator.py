@@ -77,9 +77,12 @@ class TimedPipeline:
         self.log.append(("produced", self.step))
 
 
-async def run_steps(max_staleness: int, steps: int, seed: int = 0) -> tuple[list[tuple[str, int]], list[int]]:
-    """Drive ``steps`` steps like launch/train.py: train (bump the version), then ``completed``.
-    Returns the event log and the staleness of every trained turn."""
+async def run_steps(
+    max_staleness: int, steps: int, seed: int = 0, updates_per_step: int = 1
+) -> tuple[list[tuple[str, int]], list[int]]:
+    """Drive ``steps`` steps like launch/steps.py: train (``updates_per_step`` optimizer updates,
+    each a version), publish, then ``completed``. Returns the event log and the staleness of every
+    trained turn, in published policies."""
     served, rng, log = Served(), random.Random(seed), []
     stream = TaskStream([f"task{i}" for i in range(5)], seed=seed)
     made: list[int] = []
@@ -102,24 +105,29 @@ async def run_steps(max_staleness: int, steps: int, seed: int = 0) -> tuple[list
     with anyio.fail_after(30):
         async with orchestrator.run(1, steps) as rollouts:
             async for rollout in rollouts:
-                learner_version = served.version  # the learner is as far as the weights it published
-                assert orchestrator.drop_stale(rollout, learner_version) == 0
+                assert orchestrator.drop_stale(rollout) == 0
                 staleness += [
-                    learner_version - v for g in rollout.groups for t in g.trajectories for v in t.versions
+                    orchestrator.staleness(v)
+                    for g in rollout.groups
+                    for t in g.trajectories
+                    for v in t.versions
                 ]
                 log.append(("train", rollout.step))
                 await anyio.sleep(rng.random() * 0.004)  # the update
-                served.version += 1  # publish
-                orchestrator.completed(rollout.step)
+                served.version += updates_per_step  # publish
+                orchestrator.completed(rollout.step, served.version)
     return log, staleness
 
 
+@pytest.mark.parametrize("updates_per_step", [1, 3])
 @pytest.mark.parametrize("max_staleness", [0, 1, 2])
 async def test_the_staleness_bound_is_never_exceeded_and_backpressure_caps_untrained_steps(
-    max_staleness: int,
+    max_staleness: int, updates_per_step: int
 ) -> None:
+    """Whatever ``learner.epochs_per_step`` (updates per step): staleness counts published
+    policies, so the gate's bound holds and no group is dropped as stale."""
     for seed in range(5):
-        log, staleness = await run_steps(max_staleness, steps=6, seed=seed)
+        log, staleness = await run_steps(max_staleness, steps=6, seed=seed, updates_per_step=updates_per_step)
         assert staleness and max(staleness) <= max_staleness
         # Backpressure: a step starts only when at most S steps are untrained before it.
         trained = 0
@@ -154,17 +162,20 @@ async def test_a_turn_older_than_the_bound_drops_its_group_and_is_counted() -> N
         return Group(task_id=name, group_id=name, trajectories=[t, t])
 
     orchestrator = idle_orchestrator(max_staleness=1)
+    for step, version in ((1, 2), (2, 4), (3, 4)):  # two updates a step; step 3 had nothing to train
+        orchestrator.completed(step, version)
+    assert [orchestrator.staleness(v) for v in (0, 2, 3, 4)] == [2, 1, 1, 0]
     pipeline: Any = TimedPipeline(Served(), random.Random(0), [], 1)
     rollout = StepRollout(
         step=5,
-        groups=[group("fresh", [3, 4]), group("old", [2, 4])],
+        groups=[group("fresh", [2, 4]), group("old", [0, 4])],
         position=0,
-        started_version=3,
+        started_version=2,
         rollout_s=1.0,
         waited_s=0.0,
         pipeline=pipeline,
     )
-    assert orchestrator.drop_stale(rollout, learner_version=4) == 1
+    assert orchestrator.drop_stale(rollout) == 1
     assert [g.dropped for g in rollout.groups] == [None, "stale"]
     assert pipeline.metrics.lost == {"stale": 1} and orchestrator.stale_dropped == 1
 
@@ -187,9 +198,9 @@ async def test_a_bad_staleness_or_out_of_order_completion_is_refused() -> None:
     with pytest.raises(ValueError, match="max_staleness must be >= 0"):
         idle_orchestrator(max_staleness=-1)
     orchestrator = idle_orchestrator(max_staleness=1)
-    orchestrator.completed(1)
+    orchestrator.completed(1, version=1)
     with pytest.raises(ValueError, match=r"completed\(3\) out of order: step 1 was the last one"):
-        orchestrator.completed(3)
+        orchestrator.completed(3, version=2)
 
 
 # -- the real pipeline: placement changes no trajectory content -----------------------------------
@@ -244,7 +255,7 @@ async def real_steps(
                             sorted((t.task_id, t.token_ids) for g in rollout.groups for t in g.trajectories)
                         )
                         served.version += 1
-                        orchestrator.completed(rollout.step)
+                        orchestrator.completed(rollout.step, served.version)
         finally:
             await pool.shutdown()
     return contents
