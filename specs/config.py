@@ -358,10 +358,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """``colocated``: generator and learner share devices and alternate (on GPU the engine sleeps
     while the learner trains). ``async``: they run at once on separate devices (separate processes
     on CPU); rollouts of the next step are sampled while the learner trains, at most
-    ``max_staleness`` policy versions old (``actors/orchestrator.py``)."""
+    ``max_staleness`` published policies old (``actors/orchestrator.py``)."""
     max_staleness: int = 1
-    """``async`` only: how many policy versions behind the learner a trained turn may be
-    (1: one-step off-policy). Colocated is 0 by construction."""
+    """``async`` only: how many published policies (one a step, whatever
+    ``learner.epochs_per_step``) behind the learner a trained turn may be (1: one-step
+    off-policy). Colocated is 0 by construction."""
     wandb: WandbConfig = msgspec.field(default_factory=WandbConfig)
     """Weights & Biases logging."""
     ray: RayConfig = msgspec.field(default_factory=RayConfig)
