@@ -319,7 +319,10 @@ class WandbConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 class RayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     address: str | None = None
-    """Cluster address; ``None`` starts a local in-process Ray."""
+    """Cluster address (``ray.init(address=...)``); ``None`` is Ray's own lookup: ``RAY_ADDRESS``
+    (set for a `ray job submit` entrypoint), else a cluster `ray start` left running on this machine
+    (its address in ``/tmp/ray/ray_current_cluster``), else a new local Ray; ``"local"`` always
+    starts a new local Ray."""
     num_cpus: int | None = None
     """CPUs of the local Ray; ``None`` lets Ray detect them."""
 
