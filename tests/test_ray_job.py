@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -70,22 +78,10 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
         "rollout.max_new_tokens=48",
     ]
     dashboard = free_port()
-    ray = str(bin_dir / "ray")
-    start = [
-        ray,
-        "start",
-        "--head",
-        f"--port={free_port()}",
-        f"--dashboard-port={dashboard}",
-        "--dashboard-host=127.0.0.1",
-        "--num-cpus=2",
-        "--disable-usage-stats",
-    ]
-    subprocess.run(start, env=env, check=True, capture_output=True, timeout=180)
-    try:
+    with local_head(bin_dir / "ray", dashboard, env, tmp_path / "head.log"):
         job = subprocess.run(
             [
-                ray,
+                str(bin_dir / "ray"),
                 "job",
                 "submit",
                 f"--address=http://127.0.0.1:{dashboard}",
@@ -103,10 +99,8 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
             text=True,
             timeout=900,
         )
-        output = job.stdout + job.stderr
-        assert job.returncode == 0, output[-5000:]
-    finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    output = job.stdout + job.stderr
+    assert job.returncode == 0, output[-5000:]
     assert "succeeded" in output
     assert "train: base_success=" in output
     run_dir = tmp_path / "runs" / "job"
@@ -165,6 +159,62 @@ def test_ray_job_submit_runs_a_short_training_job(tmp_path: Path, model_dir: Pat
     # Its KL reference is the policy its RL started from (the adopted warm start), not the base
     # model: zero at its first update (a step whose rewards were all equal updates nothing).
     assert all(row["kl"] == pytest.approx(0.0, abs=1e-6) for row in rows(second_dir, "train") if "kl" in row)
+
+
+@contextmanager
+def local_head(ray: Path, dashboard: int, env: dict[str, str], log: Path) -> Iterator[None]:
+    """A `ray start --head --block` of this test's own, stopped by SIGTERM to that command.
+
+    Not `ray stop --force`, which kills every Ray process on the machine: a benchmark or another
+    test's cluster beside this one would die with it. The blocking head kills the processes it
+    started when it gets SIGTERM, and they die with it in any case (kernel fate sharing). Its own
+    ``--temp-dir`` keeps its address out of ``/tmp/ray/ray_current_cluster``, where a later
+    ``ray.init()`` on this machine would find it and try to join a cluster that is gone. (Short:
+    Ray's socket paths under it must fit in 107 bytes.)
+    """
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    start = [
+        str(ray),
+        "start",
+        "--head",
+        "--block",
+        f"--temp-dir={temp_dir}",
+        f"--port={free_port()}",
+        f"--dashboard-port={dashboard}",
+        "--dashboard-host=127.0.0.1",
+        "--num-cpus=2",
+        "--disable-usage-stats",
+    ]
+    with log.open("w") as sink:
+        head = subprocess.Popen(start, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for_dashboard(dashboard, head, log)
+        yield
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def wait_for_dashboard(port: int, head: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the dashboard answers HTTP at all (with token auth, unauthenticated requests get 401)."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert head.poll() is None, f"ray start --head exited {head.returncode}: {log.read_text()[-3000:]}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/version", timeout=5):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(
+        f"the Ray dashboard on port {port} did not answer in 180 s: {log.read_text()[-3000:]}"
+    )
 
 
 def optimizer_steps(checkpoint_dir: Path) -> set[int]:
