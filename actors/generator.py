@@ -35,9 +35,13 @@ Importing this module imports neither vLLM, torch nor Ray: they load inside ``Vl
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
@@ -180,7 +184,14 @@ class VllmEngine:
             disable_log_stats=True,
             **memory,
         )
-        self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
+        self.rpc_dir = tempfile.mkdtemp(prefix="mcprl-vllm-", dir=os.environ.get("VLLM_RPC_BASE_PATH"))
+        """Where vLLM binds its ZMQ IPC sockets (``_rpc_base_path``); removed by ``shutdown``."""
+        try:
+            with _rpc_base_path(self.rpc_dir):
+                self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
+        except BaseException:
+            shutil.rmtree(self.rpc_dir, ignore_errors=True)
+            raise
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
@@ -360,6 +371,7 @@ class VllmEngine:
         if llm is not None:
             # Shut down now, while modules are alive: AsyncLLM.__del__ at interpreter exit cannot.
             llm.shutdown()
+        shutil.rmtree(self.rpc_dir, ignore_errors=True)
 
     def _live(self) -> AsyncLLM:
         if self._llm is None:
@@ -385,6 +397,22 @@ class VllmEngine:
         self._request_s += self._in_flight * (now - self._changed_at)
         self._changed_at = now
         return now
+
+
+@contextlib.contextmanager
+def _rpc_base_path(folder: str) -> Iterator[None]:
+    """vLLM binds its ZMQ IPC sockets under ``VLLM_RPC_BASE_PATH`` (default: the temp dir) and never
+    unlinks them; point it at this engine's own folder (inside the user's ``VLLM_RPC_BASE_PATH`` when
+    set) while the engine starts, so that ``shutdown`` removes them all."""
+    before = os.environ.get("VLLM_RPC_BASE_PATH")
+    os.environ["VLLM_RPC_BASE_PATH"] = folder
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["VLLM_RPC_BASE_PATH"]
+        else:
+            os.environ["VLLM_RPC_BASE_PATH"] = before
 
 
 def fold_images(request_id: str, prompt_ids: list[int], images: Sequence[PromptImage]) -> list[int]:

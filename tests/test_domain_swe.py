@@ -11,6 +11,7 @@ production path on bwrap through PyPI's mcp-shell-server, unchanged. The recorde
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from specs.config import load_run_config
 from specs.domains.swe import catalog, generate
 from specs.domains.swe.hooks import checkout, hidden_tests
 from specs.domains.swe.mutate import sites
+from specs.domains.swe.testrun import MARKER
 from specs.env import EnvConfig, EnvHandle
 from specs.task import TaskSpec, load_tasks
 from tests.backends import ISOLATED, environment, make_backend
@@ -98,6 +100,27 @@ def _environment_for(provisioner: Any, task: TaskSpec) -> Any:
         if provisioner.name == "docker"
         else EnvConfig(),
     )
+
+
+def test_the_test_runner_removes_its_hidden_tests_folder(tmp_path: Path) -> None:
+    temp, project = tmp_path / "tmp", tmp_path / "project"
+    temp.mkdir()
+    project.mkdir()
+    hidden = {
+        "check_one.py": "import unittest\n\nclass C(unittest.TestCase):\n    def test_x(self):\n        pass\n"
+    }
+    done = subprocess.run(
+        [generate.PYTHON, "-c", catalog.runner_source()],
+        input=json.dumps({"hidden": hidden, "nonce": "n"}),
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": str(temp)},
+        timeout=30,
+    )
+    report = json.loads(done.stdout.splitlines()[-1].removeprefix(f"{MARKER}n "))
+    assert report["hidden_ran"] == 1 and report["hidden_failing"] == []
+    assert list(temp.iterdir()) == []
 
 
 @pytest.mark.parametrize("backend", ISOLATED)

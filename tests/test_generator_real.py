@@ -11,6 +11,7 @@ pass of the same weights to ~1e-5, which is what makes exact train/inference agr
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -43,8 +44,10 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 async def engine(model_dir: Path) -> AsyncIterator[VllmEngine]:
     engine = VllmEngine(str(model_dir), dtype="float32", max_model_len=1024, max_num_seqs=8, seed=0)
+    assert os.listdir(engine.rpc_dir)  # vLLM's IPC sockets live in the engine's own folder
     yield engine
     await engine.shutdown()
+    assert not await anyio.Path(engine.rpc_dir).exists()  # and go with it, not left behind in the temp dir
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ stdin::
 
     {"hidden": {"check_x.py": "<source>", ...}, "visible": true, "probes": {"setup": "...", "exprs": [...]}}
 
-It writes the hidden tests into a fresh temporary directory (never the project), runs them with
+It writes the hidden tests into a fresh temporary directory (never the project; removed after), runs them with
 ``unittest`` against the project in the current directory, optionally runs the project's own suite
 (``tests/``) and evaluates probe expressions (``repr`` of the value, or ``raises <Error>: <message>``),
 and prints one last line ``SWE-RESULT <nonce> <json>`` (the request's ``nonce``, so output the
@@ -46,14 +46,14 @@ def _run(suite: unittest.TestSuite) -> unittest.TestResult:
 
 
 def _hidden(files: dict[str, str]) -> dict[str, Any]:
-    folder = tempfile.mkdtemp(prefix="swe-hidden-")
-    for name, source in files.items():
-        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-            f.write(source)
-    sys.path.insert(0, folder)
-    sys.path.insert(1, os.getcwd())
-    suite = unittest.defaultTestLoader.discover(folder, pattern="check_*.py", top_level_dir=folder)
-    result = _run(suite)
+    with tempfile.TemporaryDirectory(prefix="swe-hidden-") as folder:
+        for name, source in files.items():
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                f.write(source)
+        sys.path.insert(0, folder)
+        sys.path.insert(1, os.getcwd())
+        suite = unittest.defaultTestLoader.discover(folder, pattern="check_*.py", top_level_dir=folder)
+        result = _run(suite)
     failing = _ids(result.failures) + _ids(result.errors)
     return {
         "hidden_ran": result.testsRun,
