@@ -185,13 +185,9 @@ class VllmEngine:
             **memory,
         )
         self.rpc_dir = tempfile.mkdtemp(prefix="mcprl-vllm-", dir=os.environ.get("VLLM_RPC_BASE_PATH"))
-        """Where vLLM binds its ZMQ IPC sockets (``_rpc_base_path``); removed by ``shutdown``."""
-        try:
-            with _rpc_base_path(self.rpc_dir):
-                self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
-        except BaseException:
-            shutil.rmtree(self.rpc_dir, ignore_errors=True)
-            raise
+        """Where vLLM binds its ZMQ IPC sockets (``rpc_base_path``); removed by ``shutdown``."""
+        with rpc_base_path(self.rpc_dir):
+            self._llm: AsyncLLM | None = AsyncLLM.from_engine_args(args)
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingConfig, images: Sequence[PromptImage] = ()
@@ -400,18 +396,20 @@ class VllmEngine:
 
 
 @contextlib.contextmanager
-def _rpc_base_path(folder: str) -> Iterator[None]:
+def rpc_base_path(folder: str) -> Iterator[None]:
     """vLLM binds its ZMQ IPC sockets under ``VLLM_RPC_BASE_PATH`` (default: the temp dir) and never
     unlinks them; point it at this engine's own folder (inside the user's ``VLLM_RPC_BASE_PATH`` when
-    set) while the engine starts, so that ``shutdown`` removes them all."""
+    set) while the engine starts, so that ``shutdown`` removes them all (or this, if it fails)."""
     before = os.environ.get("VLLM_RPC_BASE_PATH")
     os.environ["VLLM_RPC_BASE_PATH"] = folder
     try:
         yield
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     finally:
-        if before is None:
-            del os.environ["VLLM_RPC_BASE_PATH"]
-        else:
+        os.environ.pop("VLLM_RPC_BASE_PATH")
+        if before is not None:
             os.environ["VLLM_RPC_BASE_PATH"] = before
 
 
