@@ -124,6 +124,16 @@ def test_the_plan_runs_every_arm_of_an_ablation_on_the_same_seeds(tmp_path):
         parse_args(["--seed", "1", "--quick"])
 
 
+def test_seed_in_an_override_is_each_trials_seed(tmp_path):
+    bench = plan(
+        parse_args(["--seeds", "2", "--out", str(tmp_path), "warmstart.from_run=runs/x/grpo-s{seed}"])
+    )
+    assert [(seed, cfg.warmstart.from_run) for _, seed, cfg in bench.trials] == [
+        (0, "runs/x/grpo-s0"),
+        (1, "runs/x/grpo-s1"),
+    ]
+
+
 def test_every_ablation_is_a_valid_config(tmp_path):
     for name in ABLATIONS:
         bench = plan(parse_args(["--ablation", name, "--seeds", "1", "--out", str(tmp_path)]))

@@ -33,6 +33,8 @@ The last line: ``rl_minus_warmstart=<d> se=<se> seeds=<k> tasks=<n>`` (the first
 
 ``--quick``: one seed (the `make demo` setting measured once). ``--seed N``: seed N alone, for
 a bench whose seeds take a session each (then ``--seeds K --report-only`` reports them together).
+``{seed}`` in an override stands for the trial's seed: ``warmstart.from_run=runs/x/grpo-s{seed}``
+starts each seed's RL from that seed's kept warm start of an earlier bench.
 Ablations (``ABLATIONS``): two arms each, with the same base overrides:
 
 - ``tool_bonus``: adoption returns with the dense tool bonus off / on (paper 002, Eqs. 3-4).
@@ -188,7 +190,7 @@ def plan(args: argparse.Namespace) -> Bench:
             overrides = [
                 *(ablation.common if ablation else ()),
                 *arm.overrides,
-                *args.overrides,
+                *(override.replace("{seed}", str(seed)) for override in args.overrides),
                 f"seed={seed}",
                 f"output_dir={out}",
                 f"run_name={arm.name}-s{seed}",
@@ -301,7 +303,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", help="output directory (default runs/learning/<config>[-<ablation>])")
     parser.add_argument("--report-only", action="store_true", help="report the trials already run; run none")
     parser.add_argument("--verbose", action="store_true", help="show Ray actor logs and library warnings")
-    parser.add_argument("overrides", nargs="*", help="config overrides for every trial, key.path=value")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="config overrides for every trial, key.path=value ({seed}: the trial's seed)",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.steps is not None and args.steps < 1):
         parser.error("--seeds and --steps must be >= 1")
