@@ -61,22 +61,24 @@ OUTPUT_FORMAT = "When the bug is fixed, reply with a short summary of the change
 
 
 def run_tests(project_dir: Path, request: dict[str, Any], timeout_s: float = 3.0) -> dict[str, Any] | None:
-    """``testrun.py``'s report for the project in ``project_dir``, or ``None`` if it hangs or crashes."""
+    """``testrun.py``'s report for the project in ``project_dir``, or ``None`` if it hangs or crashes.
+    Its temp dir is one of ours, removed even when the runner is killed at ``timeout_s``."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     try:
-        done = subprocess.run(
-            [PYTHON, "-c", catalog.runner_source()],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            cwd=project_dir,
-            env=env,
-            timeout=timeout_s,
-        )
+        with tempfile.TemporaryDirectory(prefix="swe-run-") as temp:
+            done = subprocess.run(
+                [PYTHON, "-c", catalog.runner_source()],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                cwd=project_dir,
+                env=env | {"TMPDIR": temp},
+                timeout=timeout_s,
+            )
     except subprocess.TimeoutExpired:
         return None
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER + " ")]
