@@ -18,7 +18,7 @@ Contract of one ``generate`` call:
   in ``prompt_ids``; vLLM gets the prompt with each expansion folded back to its placeholder
   (vLLM expands token prompts itself) plus the images, and the prompt vLLM expanded must equal
   ``prompt_ids`` token for token, or the request fails (``GeneratorError``) rather than sample
-  from a context the recording does not hold;
+  from a context the recording does not hold (``actors.vllm_requests`` does both ends);
 - temperature 0 is greedy. No per-request seed is sent (with ``n > 1`` it kills the CPU engine);
   the engine-wide ``seed`` makes runs repeatable.
 
@@ -47,20 +47,16 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import anyio
 import msgspec
 
+from actors.vllm_requests import GeneratorError, check_expansion, sampled_logprobs, token_prompt
 from actors.vllm_worker import WORKER_EXTENSION, check_update_file, checkpoint_names
 from policies.engine import Engine
 from policies.types import Generation, PromptImage, SamplingConfig
-from specs.errors import MCPRLError
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
 
 
 _FINISH_REASONS: dict[str, Literal["stop", "length"]] = {"stop": "stop", "length": "length"}
-
-
-class GeneratorError(MCPRLError):
-    """A generation request the engine could not serve as asked."""
 
 
 class WeightUpdateError(GeneratorError):
@@ -218,7 +214,9 @@ class VllmEngine:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
         request_id = f"mcprl-{uuid.uuid4().hex}"
-        prompt = self._prompt(request_id, prompt_ids, images)
+        prompt = token_prompt(
+            request_id, prompt_ids, images, multimodal=self.multimodal, model=self.model_path
+        )
         version = self.version
         self._enter()
         try:
@@ -234,7 +232,7 @@ class VllmEngine:
             check_expansion(request_id, prompt_ids, final.prompt_token_ids)
         completion = final.outputs[0]
         token_ids = list(completion.token_ids)
-        logprobs = _sampled_logprobs(request_id, token_ids, completion.logprobs)
+        logprobs = sampled_logprobs(request_id, token_ids, completion.logprobs)
         finish = _FINISH_REASONS.get(completion.finish_reason or "")
         if finish is None:
             raise GeneratorError(
@@ -245,28 +243,6 @@ class VllmEngine:
         self._counts["prompt_tokens"] += len(prompt_ids)
         self._counts["generated_tokens"] += len(token_ids)
         return Generation(token_ids=token_ids, logprobs=logprobs, version=version, finish_reason=finish)
-
-    def _prompt(self, request_id: str, prompt_ids: list[int], images: Sequence[PromptImage]) -> Any:
-        """vLLM's input: the token prompt, with each image folded back to its placeholder and the
-        images as multimodal data."""
-        from vllm.inputs import TokensPrompt
-
-        if not images:
-            return TokensPrompt(prompt_token_ids=list(prompt_ids))
-        if not self.multimodal:
-            raise GeneratorError(
-                f"request {request_id}: {len(images)} image(s) for the text model {self.model_path}"
-            )
-        from policies.vision import VisionError, decode_image
-
-        folded = fold_images(request_id, prompt_ids, images)
-        try:
-            pixels = [
-                decode_image(image.data, f"request {request_id}: image {k}") for k, image in enumerate(images)
-            ]
-        except VisionError as e:
-            raise GeneratorError(str(e)) from e
-        return TokensPrompt(prompt_token_ids=folded, multi_modal_data={"image": pixels})
 
     async def update_weights(self, version: int, path: str, drain_timeout_s: float | None = None) -> None:
         """Load the learner's export at ``path`` in place and serve it as policy ``version``, once
@@ -411,51 +387,6 @@ def rpc_base_path(folder: str) -> Iterator[None]:
         os.environ.pop("VLLM_RPC_BASE_PATH")
         if before is not None:
             os.environ["VLLM_RPC_BASE_PATH"] = before
-
-
-def fold_images(request_id: str, prompt_ids: list[int], images: Sequence[PromptImage]) -> list[int]:
-    """``prompt_ids`` with each image's expanded tokens folded back to its placeholder (what vLLM
-    expands itself); ``GeneratorError`` for images out of order or out of the prompt."""
-    folded: list[int] = []
-    at = 0
-    for k, image in enumerate(images):
-        if image.start < at or image.length < 1 or image.start + image.length > len(prompt_ids):
-            raise GeneratorError(
-                f"request {request_id}: image {k} at tokens [{image.start}, {image.start + image.length}) "
-                f"overlaps the previous one, is empty or runs past the {len(prompt_ids)}-token prompt"
-            )
-        folded += [*prompt_ids[at : image.start], *image.placeholder]
-        at = image.start + image.length
-    return folded + prompt_ids[at:]
-
-
-def check_expansion(request_id: str, recorded: list[int], expanded: Any) -> None:
-    """Refuse a turn whose prompt vLLM expanded otherwise than the recorder did (the model's processor)."""
-    expanded = list(expanded or [])
-    if expanded != list(recorded):
-        first = next((i for i, (a, b) in enumerate(zip(expanded, recorded, strict=False)) if a != b), None)
-        first = min(len(expanded), len(recorded)) if first is None else first
-        raise GeneratorError(
-            f"request {request_id}: vLLM expanded the images into a {len(expanded)}-token prompt, the "
-            f"recorder into {len(recorded)} tokens (first difference at {first}); the model's processor "
-            "and vLLM's disagree, so the turn's context is not the recorded one"
-        )
-
-
-def _sampled_logprobs(request_id: str, token_ids: list[int], flat: Any) -> list[float]:
-    """The sampled token's logprob at each position of vLLM's ``FlatLogprobs`` (``logprobs=0``)."""
-    if flat is None or len(flat) != len(token_ids):
-        got = None if flat is None else len(flat)
-        raise GeneratorError(f"request {request_id}: {got} logprob positions for {len(token_ids)} tokens")
-    out: list[float] = []
-    for i, token in enumerate(token_ids):
-        start, end = flat.start_indices[i], flat.end_indices[i]
-        if end - start != 1 or flat.token_ids[start] != token:
-            raise GeneratorError(
-                f"request {request_id}: logprobs at position {i} are not those of sampled token {token}"
-            )
-        out.append(flat.logprobs[start])
-    return out
 
 
 class GeneratorActor:

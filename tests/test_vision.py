@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.generator import GeneratorError, check_expansion, fold_images
 from actors.learner_batch import LearnerError, validate
+from actors.vllm_requests import GeneratorError, check_expansion, fold_images
 from policies.batch import demonstration_samples
 from policies.chat import format_tool_result
 from policies.react import EpisodeLimits, build_messages, image_ref, run_episode
