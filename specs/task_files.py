@@ -29,14 +29,17 @@ def draw_round_robin(
     prefix: str,
     seen: set[str],
     task: Callable[[str, str, Draft], dict[str, Any]],
+    start: int = 0,
 ) -> list[dict[str, Any]]:
     """``n`` tasks ``<prefix>-0000``... from ``families`` taken in turn (balanced), each a new
     instruction (``seen`` grows); a family's ``None`` (a draw the world does not fit) draws again.
-    ``task(instance_id, family, draft)`` makes the task dict."""
+    ``task(instance_id, family, draft)`` makes the task dict. ``start``: go on from an earlier draw
+    of ``start`` tasks with the same prefix (its numbering and its turn among the families)."""
     names = list(families)
     tasks: list[dict[str, Any]] = []
     while len(tasks) < n:
-        family = names[len(tasks) % len(names)]
+        k = start + len(tasks)
+        family = names[k % len(names)]
         for _ in range(MAX_TRIES):
             d = families[family](rng, world)
             if d is not None and d["instruction"] not in seen:
@@ -44,7 +47,7 @@ def draw_round_robin(
         else:
             raise RuntimeError(f"family {family!r}: no new task in {MAX_TRIES} draws")
         seen.add(d["instruction"])
-        tasks.append(task(f"{prefix}-{len(tasks):04d}", family, d))
+        tasks.append(task(f"{prefix}-{k:04d}", family, d))
     return tasks
 
 

@@ -9,6 +9,7 @@ the real pipeline (EnvPool + McpGateway + Evaluator), two servers in one episode
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,23 @@ def task(instance_id: str, split: str = "train") -> TaskSpec:
 
 
 def test_shipped_task_files_equal_a_fresh_generation() -> None:
+    files = generate.task_files()
+    assert sorted(files) == sorted(p.name for p in (DOMAIN / "tasks").glob("*.json"))
+    for name, tasks in files.items():
+        assert (DOMAIN / "tasks" / name).read_text() == render(tasks), name
     train, evals = generate.generate()
-    assert (DOMAIN / "tasks" / "train.json").read_text() == render(train)
-    assert (DOMAIN / "tasks" / "eval.json").read_text() == render(evals)
     assert 60 <= len(train) <= 150 and 24 <= len(evals) <= 48
+
+
+def test_the_wide_eval_is_the_eval_with_four_draws_of_each_seen_family() -> None:
+    files = generate.task_files()
+    evals, wide = files["eval.json"], files["eval_wide.json"]
+    assert [t for t in wide if t in evals] == evals  # the same tasks, in the same order
+    seen = [t for t in wide if "-eval-seen-" in t["instance_id"]]
+    assert Counter(t["_template"] for t in seen) == dict.fromkeys(generate.TRAIN_FAMILIES, 4)
+    assert [t["instance_id"] for t in seen] == [f"apps-eval-seen-{i:04d}" for i in range(48)]
+    instructions = [t["instruction"] for t in files["train.json"] + wide]
+    assert len(instructions) == len(set(instructions))
 
 
 def test_eval_holds_out_families_and_no_instruction_repeats() -> None:
