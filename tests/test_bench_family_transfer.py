@@ -16,7 +16,22 @@ EVAL = [("ev-0", "shop/buy"), ("ev-1", "shop/buy"), ("ev-2", "bank/pay"), ("ev-3
 
 
 def write_tasks(path: Path, tasks: list[tuple[str, str]]) -> str:
-    path.write_text(json.dumps([{"instance_id": i, "category": c, "instruction": "-"} for i, c in tasks]))
+    """An MCP-Universe task file, one minimal valid task per (id, category)."""
+    check = {"func": "raw", "op": "contains", "value": "done"}
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "instance_id": i,
+                    "category": c,
+                    "instruction": "-",
+                    "mcp_servers": [{"name": "s"}],
+                    "evaluators": [check],
+                }
+                for i, c in tasks
+            ]
+        )
+    )
     return str(path)
 
 
@@ -76,6 +91,6 @@ def test_the_command_prints_a_row_per_trial_and_says_what_is_wrong(tmp_path: Pat
     untracked = record(tmp_path, "c", trained=[], warm=[0] * 4, final=[0] * 4)
     assert main([str(untracked)]) == 2
     assert "no trained tasks recorded" in capsys.readouterr().err
-    (tmp_path / "eval.json").write_text("{}")
+    (tmp_path / "eval.json").write_text("[]")  # the task loader's own errors name the file
     assert main([str(a)]) == 2
-    assert "eval.json: a dict; expected a JSON list of tasks" in capsys.readouterr().err
+    assert "eval.json" in capsys.readouterr().err

@@ -39,8 +39,8 @@ from launch.run_results import Trial, groups_of, start_train_phase  # noqa: E402
 from policies.metrics import per_episode  # noqa: E402
 
 
-def read_trial(path: str) -> Trial:
-    """The trial a ``trial.json`` (or the run directory holding one) records, with its seed."""
+def read_record(path: str) -> tuple[str, dict[str, Any]]:
+    """``(file, record)``: a ``trial.json`` (or the run directory holding one), with its results."""
     file = os.path.join(path, DONE) if os.path.isdir(path) else path
     try:
         with open(file) as f:
@@ -51,6 +51,12 @@ def read_trial(path: str) -> Trial:
         raise ValueError(f"{file}: not JSON ({e}); expected a finished trial's {DONE}") from None
     if not isinstance(record, dict) or "results" not in record:
         raise ValueError(f"{file}: no field results; expected a trial record with its results")
+    return file, record
+
+
+def read_trial(path: str) -> Trial:
+    """The trial a ``trial.json`` (or the run directory holding one) records, with its seed."""
+    file, record = read_record(path)
     return results_of(record["results"], file)
 
 

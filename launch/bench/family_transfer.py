@@ -21,7 +21,6 @@ among observed groups, not a randomised one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -29,43 +28,33 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from launch.bench.compare_trials import read_trial  # noqa: E402
+from launch.bench.compare_trials import read_record  # noqa: E402
 from launch.bench.learning_report import cell  # noqa: E402
-from launch.bench.trial_files import DONE  # noqa: E402
+from launch.bench.trial_files import DONE, results_of  # noqa: E402
 from launch.run_results import Trial  # noqa: E402
 from policies.stats import mean_and_stderr  # noqa: E402
+from specs.errors import SpecError  # noqa: E402
+from specs.task import TaskSpec, load_tasks  # noqa: E402
+from specs.templates import environment  # noqa: E402
 
 GROUPS = ("trained", "untrained", "new")
 
 
-def task_files(record: Mapping[str, Any], path: str) -> tuple[list[str], list[str]]:
-    """The training and eval task files a trial record's config names."""
+def config_tasks(record: Mapping[str, Any], file: str) -> tuple[list[TaskSpec], list[TaskSpec]]:
+    """The training and eval tasks of the files a trial record's config names, loaded as training
+    loads them (``domain.task_vars`` over the process environment)."""
     config = record.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("domain"), dict):
-        raise ValueError(f"{path}: no field config.domain; expected the trial's run config")
+        raise ValueError(f"{file}: no field config.domain; expected the trial's run config")
     domains = config.get("mix") or [config["domain"]]
+
+    def load(key: str) -> list[TaskSpec]:
+        return [t for d in domains for t in load_tasks(d[key], environment(d.get("task_vars")))]
+
     try:
-        return [d["tasks"] for d in domains], [d["eval_tasks"] for d in domains]
+        return load("tasks"), load("eval_tasks")
     except (KeyError, TypeError):
-        raise ValueError(f"{path}: a domain without tasks and eval_tasks in config") from None
-
-
-def families(files: Sequence[str]) -> dict[str, str]:
-    """Task id -> family (``category``) over MCP-Universe task files (JSON lists of tasks)."""
-    out: dict[str, str] = {}
-    for file in files:
-        try:
-            with open(file) as f:
-                tasks = json.load(f)
-        except OSError as e:
-            raise ValueError(f"{file}: {e.strerror}; expected a task file") from None
-        if not isinstance(tasks, list):
-            raise ValueError(f"{file}: a {type(tasks).__name__}; expected a JSON list of tasks")
-        for i, task in enumerate(tasks):
-            if not isinstance(task, dict) or not isinstance(task.get("instance_id"), str):
-                raise ValueError(f"{file}: task {i} has no instance_id")
-            out[task["instance_id"]] = str(task.get("category", "general"))
-    return out
+        raise ValueError(f"{file}: a domain without tasks and eval_tasks in config") from None
 
 
 def gains_by_group(
@@ -86,17 +75,16 @@ def gains_by_group(
 
 def read(path: str) -> tuple[Trial, dict[str, list[float]]]:
     """A trial and its eval gains by group."""
-    trial = read_trial(path)
-    file = os.path.join(path, DONE) if os.path.isdir(path) else path
-    with open(file) as f:
-        train, evals = task_files(json.load(f), file)
+    file, record = read_record(path)
+    trial = results_of(record["results"], file)
     if not trial.trained:
         raise ValueError(f"{file}: no trained tasks recorded; expected a record written since they are kept")
     missing = [p for p in ("warmstart", "final") if p not in trial.evals]
     if missing:
         raise ValueError(f"{file}: no {' or '.join(missing)} eval")
-    train_family = families(train)
-    return trial, gains_by_group(trial, {**train_family, **families(evals)}, set(train_family.values()))
+    train, evals = config_tasks(record, file)
+    family = {t.instance_id: t.category for t in (*train, *evals)}
+    return trial, gains_by_group(trial, family, {t.category for t in train})
 
 
 def pooled(rows: Sequence[dict[str, list[float]]]) -> dict[str, dict[str, Any]]:
@@ -144,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rows = [read(p) for p in args.trials]
-    except ValueError as e:
+    except (ValueError, SpecError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     names = [p.removesuffix(DONE).rstrip("/") or p for p in args.trials]
